@@ -1,0 +1,57 @@
+//! The engine: a store and its handlers. It accepts events and builds workers.
+
+use std::sync::Arc;
+
+use crate::event::NewEvent;
+use crate::handler::{ConfigError, Handlers, Registry};
+use crate::inbox::{self, Accepted};
+use crate::resources::Resources;
+use crate::runner::{Worker, WorkerConfig};
+use crate::store::{Store, StoreError};
+
+/// Accepts events into the inbox and makes workers that run them.
+///
+/// Cheap to clone: clones share the store and the handlers.
+#[derive(Debug, Clone)]
+pub struct Engine {
+    store: Arc<dyn Store>,
+    registry: Arc<Registry>,
+    resources: Resources,
+}
+
+impl Engine {
+    /// Check and encode the handlers once; fails on a handler that could never
+    /// run correctly (duplicate step names, bad names, no steps).
+    pub fn new(store: Arc<dyn Store>, handlers: Handlers) -> Result<Self, ConfigError> {
+        Ok(Self {
+            store,
+            registry: Arc::new(handlers.compile()?),
+            resources: Resources::default(),
+        })
+    }
+
+    /// Share `value` with every step this engine's workers run
+    /// ([`StepContext::resource`](crate::StepContext::resource)): clients,
+    /// pools, settings, secrets — what must not be stored in a plan.
+    pub fn with_resource<T: Send + Sync + 'static>(mut self, value: T) -> Self {
+        self.resources.insert(value);
+        self
+    }
+
+    /// Record an event once. The insert is the dedup decision; the handler's
+    /// steps run later, in a worker, never inside this call.
+    pub async fn accept(&self, event: NewEvent) -> Result<Accepted, StoreError> {
+        inbox::accept(self.store.as_ref(), &self.registry, &event).await
+    }
+
+    /// A worker that runs this engine's events with `config`. Workers need no
+    /// handlers: each event carries its plan.
+    pub fn worker(&self, config: WorkerConfig) -> Worker {
+        Worker::new(Arc::clone(&self.store), self.resources.clone(), config)
+    }
+
+    /// The store, for reading the step-status table.
+    pub fn store(&self) -> &Arc<dyn Store> {
+        &self.store
+    }
+}

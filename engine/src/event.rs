@@ -1,0 +1,262 @@
+//! Events and the states of events and steps, mirrored in the SQL schema.
+//!
+//! `docs/state_machine.md` draws the machine; each variant here says who moves a
+//! row out of it.
+
+use std::fmt;
+use std::str::FromStr;
+
+use chrono::{DateTime, Utc};
+use serde::{Deserialize, Serialize};
+
+use crate::inbox;
+
+/// One accepted delivery's content.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Event {
+    /// The engine's own row number for the event (stable, unique per database).
+    pub seq: i64,
+    /// Where the event came from (`stripe`, `github`, …).
+    pub source: String,
+    /// The dedup key: the provider's event id, or `sha256:<hex>` of the raw body.
+    pub id: String,
+    /// The event type (`invoice.payment_succeeded`, `push`, …).
+    pub kind: String,
+    /// The delivery's body as JSON.
+    pub payload: serde_json::Value,
+    /// When the inbox accepted it.
+    pub received_at: DateTime<Utc>,
+}
+
+/// An event about to be accepted into the inbox.
+#[derive(Debug, Clone, PartialEq)]
+pub struct NewEvent {
+    /// Where the event came from.
+    pub source: String,
+    /// The dedup key (see [`NewEvent::with_id`] and [`NewEvent::from_body`]).
+    pub dedup_key: String,
+    /// The event type, which picks the handler.
+    pub kind: String,
+    /// The body as JSON.
+    pub payload: serde_json::Value,
+    /// Run not before this time (`None`: at once).
+    pub not_before: Option<DateTime<Utc>>,
+}
+
+impl NewEvent {
+    /// An event whose provider gives it an id: the dedup key is that id.
+    pub fn with_id(
+        source: impl Into<String>,
+        id: impl Into<String>,
+        kind: impl Into<String>,
+        payload: serde_json::Value,
+    ) -> Self {
+        Self {
+            source: source.into(),
+            dedup_key: id.into(),
+            kind: kind.into(),
+            payload,
+            not_before: None,
+        }
+    }
+
+    /// An event with no provider id: the dedup key is `sha256:` of the raw body,
+    /// so a byte-identical redelivery is a duplicate.
+    pub fn from_body(
+        source: impl Into<String>,
+        kind: impl Into<String>,
+        raw_body: &[u8],
+        payload: serde_json::Value,
+    ) -> Self {
+        Self {
+            source: source.into(),
+            dedup_key: inbox::body_hash(raw_body),
+            kind: kind.into(),
+            payload,
+            not_before: None,
+        }
+    }
+
+    /// Delay the event: accepted now, run not before `at`.
+    pub fn not_before(mut self, at: DateTime<Utc>) -> Self {
+        self.not_before = Some(at);
+        self
+    }
+}
+
+/// Where an event is in its life. Stored as text in `tickmark_events.state`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum EventState {
+    /// Waiting for a worker, at once or at its retry time (`due_at`).
+    /// Left by a claim.
+    Pending,
+    /// Leased by a worker until `due_at`. Left by a mark (done, failed, dead),
+    /// a park, a release on shutdown, or a claim that takes over an expired lease.
+    Running,
+    /// Every step marked done. Final, unless an operator retries it.
+    Done,
+    /// A step failed terminally or ran out of attempts. Left only by an operator.
+    Dead,
+    /// The stored plan names a step this build does not know. Left only by an
+    /// operator, after deploying a build that knows it.
+    Parked,
+    /// No handler was registered for its (source, kind) when accepted.
+    /// Recorded so that redeliveries are duplicates. Final.
+    Ignored,
+    /// Cancelled by an operator. Final.
+    Cancelled,
+}
+
+impl EventState {
+    /// Every state, in lifecycle order.
+    pub const ALL: [EventState; 7] = [
+        EventState::Pending,
+        EventState::Running,
+        EventState::Done,
+        EventState::Dead,
+        EventState::Parked,
+        EventState::Ignored,
+        EventState::Cancelled,
+    ];
+
+    /// The state's name as stored in SQL.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            EventState::Pending => "pending",
+            EventState::Running => "running",
+            EventState::Done => "done",
+            EventState::Dead => "dead",
+            EventState::Parked => "parked",
+            EventState::Ignored => "ignored",
+            EventState::Cancelled => "cancelled",
+        }
+    }
+
+    /// Whether a worker may still claim the event.
+    pub fn is_active(self) -> bool {
+        matches!(self, EventState::Pending | EventState::Running)
+    }
+}
+
+/// The state of one step of one event, as the step-status view derives it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum StepState {
+    /// Not started yet.
+    Pending,
+    /// Running under a live lease.
+    Running,
+    /// Its worker died or lost the lease before marking it: the outcome is
+    /// unknown and it runs again with the same idempotency key. Derived from an
+    /// expired lease, not written.
+    Interrupted,
+    /// Failed; a retry is scheduled at `retry_at`.
+    Retrying,
+    /// Marked done, with its output.
+    Done,
+    /// Failed terminally or ran out of attempts: the event is dead.
+    Dead,
+    /// Skipped by an operator.
+    Skipped,
+    /// The event is parked on an unknown step name.
+    Parked,
+    /// The event was cancelled before this step ran.
+    Cancelled,
+    /// The event ended (dead, parked, cancelled) before reaching this step.
+    NotRun,
+}
+
+impl StepState {
+    /// The state's name as the view spells it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            StepState::Pending => "pending",
+            StepState::Running => "running",
+            StepState::Interrupted => "interrupted",
+            StepState::Retrying => "retrying",
+            StepState::Done => "done",
+            StepState::Dead => "dead",
+            StepState::Skipped => "skipped",
+            StepState::Parked => "parked",
+            StepState::Cancelled => "cancelled",
+            StepState::NotRun => "not_run",
+        }
+    }
+}
+
+/// A state name that tickmark does not know (a newer schema, or a typo).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("unknown state `{0}`")]
+pub struct UnknownState(pub String);
+
+impl FromStr for EventState {
+    type Err = UnknownState;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        EventState::ALL
+            .into_iter()
+            .find(|state| state.as_str() == s)
+            .ok_or_else(|| UnknownState(s.to_owned()))
+    }
+}
+
+impl FromStr for StepState {
+    type Err = UnknownState;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        use StepState::*;
+        [
+            Pending,
+            Running,
+            Interrupted,
+            Retrying,
+            Done,
+            Dead,
+            Skipped,
+            Parked,
+            Cancelled,
+            NotRun,
+        ]
+        .into_iter()
+        .find(|state| state.as_str() == s)
+        .ok_or_else(|| UnknownState(s.to_owned()))
+    }
+}
+
+impl fmt::Display for EventState {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl fmt::Display for StepState {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn states_round_trip_through_their_sql_names() {
+        for state in EventState::ALL {
+            assert_eq!(state.as_str().parse::<EventState>(), Ok(state));
+        }
+        assert_eq!(
+            "interrupted".parse::<StepState>(),
+            Ok(StepState::Interrupted)
+        );
+        assert!("exploded".parse::<EventState>().is_err());
+    }
+
+    #[test]
+    fn an_event_without_id_is_keyed_by_its_body() {
+        let a = NewEvent::from_body("twilio", "message", b"Body=hi", serde_json::json!({}));
+        let b = NewEvent::from_body("twilio", "message", b"Body=hi", serde_json::json!({}));
+        assert_eq!(a.dedup_key, b.dedup_key);
+        assert!(a.dedup_key.starts_with("sha256:"));
+    }
+}

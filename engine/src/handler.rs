@@ -1,0 +1,310 @@
+//! Handlers: the ordered steps registered for a (source, kind), and the
+//! registry that finds the handler of an incoming event.
+
+use std::collections::{HashMap, HashSet};
+
+use crate::plan::Plan;
+use crate::retry::RetryPolicy;
+use crate::step::Step;
+
+/// Matches any source or any kind in [`Handlers::on`].
+pub const ANY: &str = "*";
+
+/// Longest step name, source or kind accepted at registration.
+pub const MAX_NAME_LEN: usize = 128;
+
+/// A handler definition is wrong. Raised when the engine is built, not at run time.
+#[non_exhaustive]
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    /// Two steps of one handler share a name, so they would share idempotency keys.
+    #[error("handler for ({source_name}, {kind}) has two steps named `{step}`; give one of them another name with `Handler::named_step`")]
+    DuplicateStepName {
+        /// The handler's source.
+        source_name: String,
+        /// The handler's kind.
+        kind: String,
+        /// The repeated step name.
+        step: String,
+    },
+    /// A name is empty, too long, or has characters outside `[A-Za-z0-9_.-/]`.
+    #[error("{what} `{name}` must be 1 to {MAX_NAME_LEN} characters of letters, digits, `_`, `-`, `.` or `/`")]
+    InvalidName {
+        /// What was being named ("step", "source", "kind").
+        what: &'static str,
+        /// The offending name.
+        name: String,
+    },
+    /// A handler has no steps.
+    #[error("handler for ({source_name}, {kind}) has no steps")]
+    EmptyHandler {
+        /// The handler's source.
+        source_name: String,
+        /// The handler's kind.
+        kind: String,
+    },
+    /// Two handlers were registered for the same (source, kind).
+    #[error("two handlers registered for ({source_name}, {kind})")]
+    DuplicateHandler {
+        /// The source.
+        source_name: String,
+        /// The kind.
+        kind: String,
+    },
+    /// A step could not be serialised into a plan.
+    #[error("step `{step}` cannot be serialised into a plan: {reason}")]
+    Unserialisable {
+        /// The step's name.
+        step: String,
+        /// serde's explanation.
+        reason: String,
+    },
+}
+
+/// An ordered list of steps and how to retry them.
+///
+/// ```
+/// # use serde::{Deserialize, Serialize};
+/// # use tickmark::{Handler, RetryPolicy, Step, StepContext, StepResult};
+/// # #[derive(Debug, Serialize, Deserialize)] struct Notify { channel: String }
+/// # #[typetag::serde(name = "handler_doc_notify")]
+/// # #[async_trait::async_trait]
+/// # impl Step for Notify {
+/// #     async fn run(&self, _ctx: &mut StepContext<'_>) -> StepResult { Ok(serde_json::Value::Null) }
+/// # }
+/// let handler = Handler::new()
+///     .named_step("notify_sales", Notify { channel: "#sales".into() })
+///     .named_step("notify_ops", Notify { channel: "#ops".into() })
+///     .retry(RetryPolicy::attempts(5));
+/// assert_eq!(handler.step_names(), ["notify_sales", "notify_ops"]);
+/// ```
+#[derive(Debug, Default)]
+pub struct Handler {
+    steps: Vec<(String, Box<dyn Step>)>,
+    retry: RetryPolicy,
+}
+
+impl Handler {
+    /// A handler with no steps yet and the default retry policy.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Append a step named after its type's typetag name.
+    pub fn step(self, step: impl Step + 'static) -> Self {
+        let name = step.typetag_name().to_owned();
+        self.named_step(name, step)
+    }
+
+    /// Append a step under an explicit name (needed when a type appears twice).
+    pub fn named_step(mut self, name: impl Into<String>, step: impl Step + 'static) -> Self {
+        self.steps.push((name.into(), Box::new(step)));
+        self
+    }
+
+    /// Set the retry policy of every step of this handler.
+    pub fn retry(mut self, policy: RetryPolicy) -> Self {
+        self.retry = policy;
+        self
+    }
+
+    /// The step names, in order.
+    pub fn step_names(&self) -> Vec<&str> {
+        self.steps.iter().map(|(name, _)| name.as_str()).collect()
+    }
+}
+
+/// A handler checked and encoded once, at start-up, so accepting an event is
+/// only an insert.
+#[derive(Debug, Clone)]
+pub(crate) struct CompiledHandler {
+    pub plan_json: String,
+    pub step_count: i32,
+}
+
+/// The handlers of an engine, by (source, kind), with `*` wildcards.
+///
+/// Lookup order: exact (source, kind), then (source, `*`), then (`*`, `*`).
+#[derive(Debug, Default)]
+pub struct Handlers {
+    entries: Vec<(String, String, Handler)>,
+}
+
+impl Handlers {
+    /// No handlers yet.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Register `handler` for events of `kind` from `source` (either may be [`ANY`]).
+    pub fn on(
+        mut self,
+        source: impl Into<String>,
+        kind: impl Into<String>,
+        handler: Handler,
+    ) -> Self {
+        self.entries.push((source.into(), kind.into(), handler));
+        self
+    }
+
+    pub(crate) fn compile(self) -> Result<Registry, ConfigError> {
+        let mut by_key = HashMap::new();
+        for (source, kind, handler) in self.entries {
+            check_name("source", &source)?;
+            check_name("kind", &kind)?;
+            if handler.steps.is_empty() {
+                return Err(ConfigError::EmptyHandler {
+                    source_name: source,
+                    kind,
+                });
+            }
+            let mut seen = HashSet::new();
+            for (name, _) in &handler.steps {
+                check_name("step", name)?;
+                if !seen.insert(name.as_str()) {
+                    return Err(ConfigError::DuplicateStepName {
+                        source_name: source,
+                        kind,
+                        step: name.clone(),
+                    });
+                }
+            }
+            let plan_json = Plan::encode(
+                &handler.retry,
+                handler
+                    .steps
+                    .iter()
+                    .map(|(name, step)| (name.as_str(), step.as_ref())),
+            )
+            .map_err(|error| ConfigError::Unserialisable {
+                step: handler.step_names().join(", "),
+                reason: error.to_string(),
+            })?;
+            let compiled = CompiledHandler {
+                plan_json,
+                step_count: i32::try_from(handler.steps.len()).unwrap_or(i32::MAX),
+            };
+            if by_key
+                .insert((source.clone(), kind.clone()), compiled)
+                .is_some()
+            {
+                return Err(ConfigError::DuplicateHandler {
+                    source_name: source,
+                    kind,
+                });
+            }
+        }
+        Ok(Registry { by_key })
+    }
+}
+
+fn check_name(what: &'static str, name: &str) -> Result<(), ConfigError> {
+    let valid = !name.is_empty()
+        && name.len() <= MAX_NAME_LEN
+        && ((name == ANY && what != "step")
+            || name
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '.' | '/')));
+    if valid {
+        Ok(())
+    } else {
+        Err(ConfigError::InvalidName {
+            what,
+            name: name.to_owned(),
+        })
+    }
+}
+
+/// Compiled handlers, looked up on every accept.
+#[derive(Debug, Default)]
+pub(crate) struct Registry {
+    by_key: HashMap<(String, String), CompiledHandler>,
+}
+
+impl Registry {
+    pub fn find(&self, source: &str, kind: &str) -> Option<&CompiledHandler> {
+        let get = |s: &str, k: &str| self.by_key.get(&(s.to_owned(), k.to_owned()));
+        get(source, kind)
+            .or_else(|| get(source, ANY))
+            .or_else(|| get(ANY, ANY))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use serde::{Deserialize, Serialize};
+
+    use super::*;
+    use crate::context::StepContext;
+    use crate::step::StepResult;
+
+    #[derive(Debug, Serialize, Deserialize)]
+    struct Tick;
+
+    #[typetag::serde(name = "handler_test_tick")]
+    #[async_trait::async_trait]
+    impl Step for Tick {
+        async fn run(&self, _ctx: &mut StepContext<'_>) -> StepResult {
+            Ok(serde_json::Value::Null)
+        }
+    }
+
+    #[test]
+    fn lookup_prefers_exact_then_source_wildcard_then_any() {
+        let registry = Handlers::new()
+            .on(
+                "stripe",
+                "invoice.paid",
+                Handler::new().named_step("exact", Tick),
+            )
+            .on(
+                "stripe",
+                ANY,
+                Handler::new().named_step("source_wide", Tick),
+            )
+            .on(ANY, ANY, Handler::new().named_step("fallback", Tick))
+            .compile()
+            .unwrap();
+        let plan_of = |s: &str, k: &str| registry.find(s, k).unwrap().plan_json.clone();
+        assert!(plan_of("stripe", "invoice.paid").contains("\"exact\""));
+        assert!(plan_of("stripe", "charge.failed").contains("\"source_wide\""));
+        assert!(plan_of("github", "push").contains("\"fallback\""));
+    }
+
+    #[test]
+    fn no_handler_means_none() {
+        let registry = Handlers::new()
+            .on("stripe", "invoice.paid", Handler::new().step(Tick))
+            .compile()
+            .unwrap();
+        assert!(registry.find("github", "push").is_none());
+    }
+
+    #[test]
+    fn duplicate_step_names_are_refused() {
+        let error = Handlers::new()
+            .on("s", "k", Handler::new().step(Tick).step(Tick))
+            .compile()
+            .unwrap_err();
+        assert!(
+            matches!(error, ConfigError::DuplicateStepName { .. }),
+            "{error}"
+        );
+    }
+
+    #[test]
+    fn bad_names_and_empty_handlers_are_refused() {
+        assert!(Handlers::new()
+            .on("s", "k", Handler::new().named_step("has:colon", Tick))
+            .compile()
+            .is_err());
+        assert!(Handlers::new()
+            .on("", "k", Handler::new().step(Tick))
+            .compile()
+            .is_err());
+        assert!(Handlers::new()
+            .on("s", "k", Handler::new())
+            .compile()
+            .is_err());
+    }
+}

@@ -1,0 +1,113 @@
+//! # tickmark
+//!
+//! Long webhook handlers, safe under at-least-once delivery.
+//!
+//! Providers retry a webhook until they see a 2xx, and a receiver can crash
+//! between doing the work and answering. tickmark records each event once
+//! (deduplicated by the provider's event id, or by a hash of the body), runs its
+//! handler as **ordered steps outside any lock**, and **marks each step done**
+//! in its own short transaction. A crash resumes at the first unfinished step;
+//! every step has an idempotency key (`{source}:{event id}:{step}`) to pass to
+//! external services, so a re-run is absorbed by the far side.
+//!
+//! ## Quick start
+//!
+//! ```
+//! use serde::{Deserialize, Serialize};
+//! use tickmark::{Engine, Handler, Handlers, NewEvent, Step, StepContext, StepResult, WorkerConfig};
+//!
+//! /// A step is a plain struct; its fields are stored in the event's plan.
+//! #[derive(Debug, Serialize, Deserialize)]
+//! struct Greet {
+//!     greeting: String,
+//! }
+//!
+//! #[typetag::serde(name = "greet")] // a stable name: the plan stores it
+//! #[async_trait::async_trait]
+//! impl Step for Greet {
+//!     async fn run(&self, ctx: &mut StepContext<'_>) -> StepResult {
+//!         let name = ctx.event().payload["name"].as_str().unwrap_or("stranger");
+//!         // Pass ctx.idempotency_key() to anything external.
+//!         Ok(serde_json::json!({ "said": format!("{}, {name}", self.greeting) }))
+//!     }
+//! }
+//!
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! # let dir = tempfile::tempdir()?;
+//! # let url = format!("sqlite://{}", dir.path().join("quickstart.db").display());
+//! // SQLite by default; `postgres://…` for many machines.
+//! let store = tickmark::connect(&url).await?;
+//! let handlers = Handlers::new().on(
+//!     "shop",
+//!     "order.paid",
+//!     Handler::new().step(Greet { greeting: "Thanks".into() }),
+//! );
+//! let engine = Engine::new(store, handlers)?;
+//!
+//! // The receiver calls accept() for every verified delivery.
+//! let first = engine
+//!     .accept(NewEvent::with_id("shop", "evt_1", "order.paid", serde_json::json!({"name": "Ada"})))
+//!     .await?;
+//! let again = engine
+//!     .accept(NewEvent::with_id("shop", "evt_1", "order.paid", serde_json::json!({"name": "Ada"})))
+//!     .await?;
+//! assert!(first.is_new());
+//! assert_eq!(again, tickmark::Accepted::Duplicate);
+//!
+//! // A worker runs the steps (usually forever: `worker.run(shutdown_token)`).
+//! engine.worker(WorkerConfig::default()).run_until_idle().await?;
+//!
+//! // The step-status table.
+//! let event = engine.store().event_find("shop", "evt_1").await?.expect("accepted");
+//! let steps = engine.store().step_status(event.event.seq).await?;
+//! assert_eq!(steps[0].state, tickmark::StepState::Done);
+//! assert_eq!(steps[0].idempotency_key, "shop:evt_1:greet");
+//! assert_eq!(steps[0].output.as_ref().unwrap()["said"], "Thanks, Ada");
+//! # Ok(())
+//! # }
+//! ```
+//!
+//! ## Where things are
+//!
+//! | module | what |
+//! |---|---|
+//! | [`step`], [`context`] | the `Step` trait, its outcomes, and what a running step sees |
+//! | [`handler`], [`plan`] | ordered steps per (source, kind), stored with each event |
+//! | [`inbox`] | accepting an event: the dedup decision |
+//! | `claim` | leases, fencing tokens, the heartbeat |
+//! | [`runner`] | the worker loop, running one event, graceful shutdown |
+//! | [`retry`] | the durable retry schedule |
+//! | [`store`] | one `Store` trait; `postgres` and `sqlite` modules |
+//!
+//! The guarantees, and the tests that prove them, are listed in `docs/guarantees.md`.
+
+#![forbid(unsafe_code)]
+
+mod claim;
+pub mod context;
+mod engine;
+mod error;
+pub mod event;
+pub mod handler;
+mod idempotency;
+pub mod inbox;
+pub mod plan;
+mod resources;
+pub mod retry;
+pub mod runner;
+pub mod step;
+pub mod store;
+
+pub use context::{StepContext, StepOutputs};
+pub use engine::Engine;
+pub use error::Error;
+pub use event::{Event, EventState, NewEvent, StepState};
+pub use handler::{ConfigError, Handler, Handlers, ANY};
+pub use idempotency::idempotency_key;
+pub use inbox::Accepted;
+pub use resources::Resources;
+pub use retry::RetryPolicy;
+pub use runner::{Worker, WorkerConfig, WorkerStats};
+pub use step::{FailureKind, Step, StepError, StepResult, TerminalExt};
+pub use store::{connect, Backend, StepTransaction, Store, StoreError};

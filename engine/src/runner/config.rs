@@ -1,0 +1,87 @@
+//! How a worker runs: concurrency, lease, heartbeat, polling, grace period.
+
+use std::time::Duration;
+
+/// A worker's settings. The defaults suit handlers from milliseconds to hours.
+#[derive(Debug, Clone)]
+pub struct WorkerConfig {
+    /// Stored as the lease owner; shows in the step-status table.
+    pub name: String,
+    /// Events run at once by this worker.
+    pub concurrency: usize,
+    /// Most events leased by one claim.
+    pub claim_batch: u32,
+    /// How long a claim or heartbeat leases an event. After a crash, the event
+    /// resumes at most this long after the last heartbeat.
+    pub lease: Duration,
+    /// How often held leases are renewed (default: a third of the lease).
+    pub heartbeat_every: Duration,
+    /// Idle workers check for due events this often, in case a wake-up was
+    /// missed (another process on the same SQLite file, a dropped listener).
+    pub poll_every: Duration,
+    /// On shutdown, running steps get this long to finish before they are cancelled.
+    pub grace: Duration,
+}
+
+impl Default for WorkerConfig {
+    fn default() -> Self {
+        let lease = Duration::from_secs(30);
+        Self {
+            name: default_name(),
+            concurrency: 16,
+            claim_batch: 16,
+            lease,
+            heartbeat_every: lease / 3,
+            poll_every: Duration::from_secs(2),
+            grace: Duration::from_secs(10),
+        }
+    }
+}
+
+impl WorkerConfig {
+    /// Set the lease, and the heartbeat to a third of it.
+    pub fn with_lease(mut self, lease: Duration) -> Self {
+        self.lease = lease;
+        self.heartbeat_every = lease / 3;
+        self
+    }
+
+    /// Set concurrency, and the claim batch to match.
+    pub fn with_concurrency(mut self, concurrency: usize) -> Self {
+        self.concurrency = concurrency.max(1);
+        self.claim_batch = u32::try_from(self.concurrency).unwrap_or(u32::MAX);
+        self
+    }
+
+    /// Set the worker's name.
+    pub fn with_name(mut self, name: impl Into<String>) -> Self {
+        self.name = name.into();
+        self
+    }
+
+    /// Set the grace period on shutdown.
+    pub fn with_grace(mut self, grace: Duration) -> Self {
+        self.grace = grace;
+        self
+    }
+
+    /// Set the idle polling interval.
+    pub fn with_poll_every(mut self, every: Duration) -> Self {
+        self.poll_every = every;
+        self
+    }
+}
+
+fn default_name() -> String {
+    let host = std::env::var("HOSTNAME")
+        .ok()
+        .or_else(|| std::fs::read_to_string("/etc/hostname").ok())
+        .map(|h| h.trim().to_owned())
+        .filter(|h| !h.is_empty())
+        .unwrap_or_else(|| "host".to_owned());
+    format!(
+        "{host}:{}:{:04x}",
+        std::process::id(),
+        rand::random::<u16>()
+    )
+}

@@ -1,0 +1,320 @@
+//! Run one claimed event: decode its plan, resume at the first unfinished step,
+//! run each step outside any lock, and mark it in its own short transaction.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use chrono::Utc;
+use tokio_util::sync::CancellationToken;
+use tracing::Instrument;
+
+use super::run_step::{run_step, StepRun};
+use super::{WorkerConfig, WorkerSignals};
+use crate::claim::LeaseBook;
+use crate::context::StepOutputs;
+use crate::plan::Plan;
+use crate::resources::Resources;
+use crate::store::transient::retry_transient;
+use crate::store::{AfterFailure, ClaimedEvent, Lease, MarkDone, MarkFailed, Store, StoreError};
+
+/// What a worker's event tasks share.
+#[derive(Debug)]
+pub(crate) struct RunnerShared {
+    pub store: Arc<dyn Store>,
+    pub resources: Resources,
+    pub config: WorkerConfig,
+    pub signals: WorkerSignals,
+    pub book: Arc<LeaseBook>,
+    /// Stop claiming; running events stop at their next step boundary.
+    pub shutdown: CancellationToken,
+    /// The grace period is over: cancel running steps.
+    pub hard_stop: CancellationToken,
+}
+
+/// How an event's run ended (for this worker).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum EventEnd {
+    /// Every step is done.
+    Done,
+    /// A step failed; its retry is scheduled.
+    RetryScheduled,
+    /// Dead-lettered.
+    Dead,
+    /// Parked on a plan this build cannot run.
+    Parked,
+    /// Given back on shutdown.
+    Released,
+    /// The lease was taken over or expired: this worker changed nothing more.
+    LeaseLost,
+    /// The store kept failing; the lease will expire and another claim resumes.
+    Abandoned,
+}
+
+pub(crate) async fn run_event(
+    shared: &RunnerShared,
+    claimed: ClaimedEvent,
+    cancel: CancellationToken,
+) -> EventEnd {
+    let store = shared.store.as_ref();
+    let lease = claimed.lease;
+    let budget = shared.config.lease;
+
+    let plan = match Plan::decode(&claimed.plan_json) {
+        Ok(plan) => plan,
+        Err(error) => return park(store, &lease, &error.to_string(), budget).await,
+    };
+    let first = usize::try_from(claimed.next_step).unwrap_or(usize::MAX);
+    if first >= plan.len() {
+        let reason = format!(
+            "stored progress (step {}) is past the end of the plan ({} steps)",
+            claimed.next_step,
+            plan.len()
+        );
+        return park(store, &lease, &reason, budget).await;
+    }
+
+    let mut outputs = StepOutputs::default();
+    if first > 0 {
+        let stored = retry_transient("load step outputs", budget, || {
+            store.step_outputs(lease.event_seq)
+        })
+        .await;
+        match stored {
+            Ok(stored) => {
+                for (position, output) in stored {
+                    if let Some(step) = usize::try_from(position)
+                        .ok()
+                        .and_then(|p| plan.steps.get(p))
+                    {
+                        outputs.insert(step.name.clone(), output);
+                    }
+                }
+            }
+            Err(error) => {
+                tracing::error!(%error, "could not load earlier outputs; the lease will expire and the event resume");
+                return EventEnd::Abandoned;
+            }
+        }
+    }
+
+    let mut attempt = u32::try_from(claimed.attempt).unwrap_or(1).max(1);
+    for (position, planned) in plan.steps.iter().enumerate().skip(first) {
+        if shared.shutdown.is_cancelled() {
+            // The step has not started: give the attempt back with the lease.
+            return release(store, &lease, budget, true).await;
+        }
+        let position_i32 = i32::try_from(position).unwrap_or(i32::MAX);
+        let attempt_i32 = i32::try_from(attempt).unwrap_or(i32::MAX);
+        let span = tracing::info_span!(
+            "step",
+            event_id = %claimed.event.id,
+            step = %planned.name,
+            position,
+            attempt
+        );
+
+        if !within_attempts(&plan, attempt) {
+            // Every earlier attempt ended with the worker gone (a crash or a
+            // lost lease), so no failure was ever recorded: a poison step.
+            let error = format!(
+                "ran out of attempts: the worker stopped (crash or lost lease) during each of {} attempts",
+                plan.retry.max_attempts
+            );
+            let now = Utc::now();
+            let mark = MarkFailed {
+                lease,
+                position: position_i32,
+                step: &planned.name,
+                attempt: attempt_i32 - 1,
+                started_at: now,
+                finished_at: now,
+                error: &error,
+                then: AfterFailure::Dead,
+            };
+            tracing::error!(parent: &span, %error, "dead-lettering event");
+            return after_mark(
+                retry_transient("mark dead", budget, || store.step_mark_failed(&mark)).await,
+                EventEnd::Dead,
+            );
+        }
+
+        let started_at = Utc::now();
+        let run = run_step(
+            store,
+            planned,
+            &claimed.event,
+            &outputs,
+            attempt,
+            &cancel,
+            &shared.resources,
+        )
+        .instrument(span.clone())
+        .await;
+        let finished_at = Utc::now();
+        let _entered = span.enter();
+
+        match run {
+            Err(error) => {
+                tracing::warn!(%error, "could not open the step's transaction; giving the event back");
+                return release(store, &lease, budget, true).await;
+            }
+            Ok(StepRun::Cancelled) if shared.hard_stop.is_cancelled() => {
+                tracing::info!("grace period over; step cancelled, giving the event back");
+                // It started: the attempt counts.
+                return release(store, &lease, budget, false).await;
+            }
+            Ok(StepRun::Cancelled) => {
+                tracing::warn!("lease lost while the step ran; another worker resumes the event");
+                return EventEnd::LeaseLost;
+            }
+            Ok(StepRun::Finished {
+                result: Ok(output),
+                transaction,
+            }) => {
+                let output_json =
+                    serde_json::to_string(&output).unwrap_or_else(|_| "null".to_owned());
+                let mark = MarkDone {
+                    lease,
+                    position: position_i32,
+                    step: &planned.name,
+                    attempt: attempt_i32,
+                    started_at,
+                    finished_at,
+                    output_json: &output_json,
+                };
+                let marked = match transaction {
+                    // The transaction is spent by the attempt: no in-process retry.
+                    Some(transaction) => store.step_mark_done(&mark, Some(transaction)).await,
+                    None => {
+                        retry_transient("mark done", budget, || store.step_mark_done(&mark, None))
+                            .await
+                    }
+                };
+                match marked {
+                    Ok(()) => {
+                        let millis = (finished_at - started_at).num_milliseconds();
+                        tracing::debug!(duration_ms = millis, "step done");
+                        shared.signals.update(|s| s.steps_done += 1);
+                        outputs.insert(planned.name.clone(), output);
+                        attempt = 1;
+                    }
+                    Err(StoreError::LeaseLost { .. }) => {
+                        tracing::warn!("mark refused: the lease was lost; this worker stops");
+                        return EventEnd::LeaseLost;
+                    }
+                    Err(error) => {
+                        tracing::error!(%error, "could not mark the step done; it re-runs with the same key once the lease expires");
+                        return EventEnd::Abandoned;
+                    }
+                }
+            }
+            Ok(StepRun::Finished {
+                result: Err(failure),
+                transaction,
+            }) => {
+                // Roll back whatever a transactional step wrote.
+                drop(transaction);
+                shared.signals.update(|s| s.steps_failed += 1);
+                let max = plan.retry.max_attempts.max(1);
+                let (then, error, end) = if failure.is_terminal() {
+                    let error = format!("terminal failure on attempt {attempt}: {failure}");
+                    (AfterFailure::Dead, error, EventEnd::Dead)
+                } else if !plan.retry.allows_another_attempt(attempt) {
+                    let error = format!("attempt {attempt} of {max} failed, none left: {failure}");
+                    (AfterFailure::Dead, error, EventEnd::Dead)
+                } else {
+                    let delay = plan.retry.delay_after(attempt, rand::random::<f64>());
+                    let error = format!(
+                        "attempt {attempt} of {max} failed, retrying in {}: {failure}",
+                        human(delay)
+                    );
+                    (
+                        AfterFailure::RetryIn(delay),
+                        error,
+                        EventEnd::RetryScheduled,
+                    )
+                };
+                if end == EventEnd::Dead {
+                    tracing::error!(%error, "dead-lettering event");
+                } else {
+                    tracing::warn!(%error, "step failed");
+                }
+                let mark = MarkFailed {
+                    lease,
+                    position: position_i32,
+                    step: &planned.name,
+                    attempt: attempt_i32,
+                    started_at,
+                    finished_at,
+                    error: &error,
+                    then,
+                };
+                return after_mark(
+                    retry_transient("mark failed", budget, || store.step_mark_failed(&mark)).await,
+                    end,
+                );
+            }
+        }
+    }
+    EventEnd::Done
+}
+
+fn within_attempts(plan: &Plan, attempt: u32) -> bool {
+    attempt <= plan.retry.max_attempts.max(1)
+}
+
+fn after_mark(marked: Result<(), StoreError>, end: EventEnd) -> EventEnd {
+    match marked {
+        Ok(()) => end,
+        Err(StoreError::LeaseLost { .. }) => {
+            tracing::warn!("mark refused: the lease was lost; this worker stops");
+            EventEnd::LeaseLost
+        }
+        Err(error) => {
+            tracing::error!(%error, "could not record the step's failure; the lease will expire and it re-runs");
+            EventEnd::Abandoned
+        }
+    }
+}
+
+async fn park(store: &dyn Store, lease: &Lease, reason: &str, budget: Duration) -> EventEnd {
+    tracing::error!(
+        reason,
+        "parking event: this build cannot run its stored plan"
+    );
+    after_mark(
+        retry_transient("park", budget, || store.event_park(lease, reason)).await,
+        EventEnd::Parked,
+    )
+}
+
+async fn release(
+    store: &dyn Store,
+    lease: &Lease,
+    budget: Duration,
+    refund_attempt: bool,
+) -> EventEnd {
+    match retry_transient("release", budget.min(Duration::from_secs(5)), || {
+        store.event_release(lease, refund_attempt)
+    })
+    .await
+    {
+        Ok(()) => EventEnd::Released,
+        Err(StoreError::LeaseLost { .. }) => EventEnd::LeaseLost,
+        Err(error) => {
+            tracing::warn!(%error, "could not give the event back; it resumes when its lease expires");
+            EventEnd::Abandoned
+        }
+    }
+}
+
+fn human(delay: Duration) -> String {
+    let secs = delay.as_secs_f64();
+    if secs < 1.0 {
+        format!("{} ms", delay.as_millis())
+    } else if secs < 120.0 {
+        format!("{secs:.1} s")
+    } else {
+        format!("{:.1} min", secs / 60.0)
+    }
+}

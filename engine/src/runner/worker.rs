@@ -1,0 +1,284 @@
+//! A worker: claims due events in batches, runs each in its own task, keeps
+//! their leases alive, and shuts down gracefully.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::sync::watch;
+use tokio::task::JoinSet;
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+use tracing::Instrument;
+
+use super::run_event::{run_event, EventEnd, RunnerShared};
+use super::{WorkerConfig, WorkerSignals, WorkerStats};
+use crate::claim::{heartbeat_loop, LeaseBook};
+use crate::resources::Resources;
+use crate::store::{ClaimParams, ClaimedEvent, Store, StoreError, Wakeups};
+
+/// Shortest nap between claims when rows are due but none could be taken
+/// (another worker's claim holds them for a moment).
+const MIN_NAP: Duration = Duration::from_millis(10);
+
+/// Runs events from a store. Build it with [`Engine::worker`](crate::Engine::worker).
+#[derive(Debug)]
+pub struct Worker {
+    store: Arc<dyn Store>,
+    resources: Resources,
+    config: WorkerConfig,
+    signals: WorkerSignals,
+}
+
+impl Worker {
+    pub(crate) fn new(store: Arc<dyn Store>, resources: Resources, config: WorkerConfig) -> Self {
+        Self {
+            store,
+            resources,
+            config,
+            signals: WorkerSignals::default(),
+        }
+    }
+
+    /// The worker's settings.
+    pub fn config(&self) -> &WorkerConfig {
+        &self.config
+    }
+
+    /// Live counters; `changed().await` on the receiver to wait for progress.
+    pub fn stats(&self) -> watch::Receiver<WorkerStats> {
+        self.signals.subscribe()
+    }
+
+    /// Run until `shutdown` fires. Then: stop claiming, let running steps
+    /// finish within the grace period, give back leases of events that have
+    /// steps left (so another worker picks them up at once), and return.
+    pub async fn run(self, shutdown: CancellationToken) -> Result<(), StoreError> {
+        let config = self.config;
+        let shared = Arc::new(RunnerShared {
+            store: Arc::clone(&self.store),
+            resources: self.resources,
+            config: config.clone(),
+            signals: self.signals.clone(),
+            book: Arc::new(LeaseBook::default()),
+            shutdown: shutdown.clone(),
+            hard_stop: CancellationToken::new(),
+        });
+        let heartbeat_stop = CancellationToken::new();
+        let heartbeat = tokio::spawn(heartbeat_loop(
+            Arc::clone(&shared.store),
+            Arc::clone(&shared.book),
+            config.lease,
+            config.heartbeat_every,
+            shared.signals.clone(),
+            heartbeat_stop.clone(),
+        ));
+        tracing::info!(worker = %config.name, concurrency = config.concurrency, lease_s = config.lease.as_secs_f64(), backend = %shared.store.backend(), "worker started");
+
+        let mut wakeups: Option<Wakeups> = None;
+        let mut tasks: JoinSet<()> = JoinSet::new();
+        let mut claim_failures: u32 = 0;
+        loop {
+            if shutdown.is_cancelled() {
+                break;
+            }
+            if wakeups.is_none() {
+                wakeups = subscribe(shared.store.as_ref()).await;
+            }
+            while let Some(joined) = tasks.try_join_next() {
+                report_panic(joined);
+            }
+
+            let free = config.concurrency.saturating_sub(tasks.len());
+            let mut full_batch = false;
+            if free > 0 {
+                let limit = u32::try_from(free)
+                    .unwrap_or(u32::MAX)
+                    .min(config.claim_batch.max(1));
+                let claimed_at = Instant::now();
+                let params = ClaimParams {
+                    worker: &config.name,
+                    limit,
+                    lease_for: config.lease,
+                };
+                match shared.store.event_claim_many(&params).await {
+                    Ok(events) => {
+                        claim_failures = 0;
+                        full_batch = events.len() == limit as usize;
+                        for event in events {
+                            spawn_event(&mut tasks, &shared, event, claimed_at);
+                        }
+                    }
+                    Err(error) => {
+                        claim_failures = claim_failures.saturating_add(1);
+                        let wait = config
+                            .poll_every
+                            .min(Duration::from_millis(100) * claim_failures.min(20));
+                        tracing::warn!(%error, retry_in_ms = wait.as_millis() as u64, "claim failed");
+                        tokio::select! {
+                            _ = shutdown.cancelled() => break,
+                            _ = tokio::time::sleep(wait) => continue,
+                        }
+                    }
+                }
+            }
+            if full_batch {
+                continue;
+            }
+
+            let has_room = tasks.len() < config.concurrency;
+            let nap = if has_room {
+                match shared.store.event_next_due().await {
+                    Ok(Some(due)) => due.clamp(MIN_NAP, config.poll_every),
+                    Ok(None) | Err(_) => config.poll_every,
+                }
+            } else {
+                config.poll_every
+            };
+            shared.signals.update(|s| s.idle_waits += 1);
+            tokio::select! {
+                _ = shutdown.cancelled() => break,
+                _ = wait_for_wakeup(&mut wakeups), if has_room => {}
+                Some(joined) = tasks.join_next(), if !tasks.is_empty() => report_panic(joined),
+                _ = tokio::time::sleep(nap) => {}
+            }
+        }
+
+        let running = tasks.len();
+        if running > 0 {
+            tracing::info!(
+                running,
+                grace_s = config.grace.as_secs_f64(),
+                "shutting down: letting running steps finish"
+            );
+        }
+        let finished_in_grace = tokio::time::timeout(config.grace, drain(&mut tasks))
+            .await
+            .is_ok();
+        if !finished_in_grace {
+            tracing::warn!(
+                running = tasks.len(),
+                "grace period over: cancelling running steps"
+            );
+            shared.hard_stop.cancel();
+            drain(&mut tasks).await;
+        }
+        heartbeat_stop.cancel();
+        let _ = heartbeat.await;
+        tracing::info!(worker = %config.name, "worker stopped");
+        Ok(())
+    }
+
+    /// Run until no event is pending or running (including events leased by
+    /// workers that died: their leases expire and this worker takes them over),
+    /// then shut down. For batch jobs, examples and tests.
+    pub async fn run_until_idle(self) -> Result<WorkerStats, StoreError> {
+        let store = Arc::clone(&self.store);
+        let mut stats = self.stats();
+        let shutdown = CancellationToken::new();
+        let running = tokio::spawn(self.run(shutdown.clone()));
+        loop {
+            let in_flight = stats.borrow_and_update().in_flight;
+            if in_flight == 0 && store.event_count_active().await? == 0 {
+                break;
+            }
+            tokio::select! {
+                _ = stats.changed() => {}
+                _ = tokio::time::sleep(Duration::from_millis(200)) => {}
+            }
+        }
+        shutdown.cancel();
+        match running.await {
+            Ok(result) => result?,
+            Err(join) => std::panic::resume_unwind(join.into_panic()),
+        }
+        let final_stats = *stats.borrow();
+        Ok(final_stats)
+    }
+}
+
+fn spawn_event(
+    tasks: &mut JoinSet<()>,
+    shared: &Arc<RunnerShared>,
+    claimed: ClaimedEvent,
+    claimed_at: Instant,
+) {
+    let cancel = shared.hard_stop.child_token();
+    let held = shared.book.hold(
+        claimed.lease,
+        cancel.clone(),
+        claimed_at,
+        shared.config.lease,
+    );
+    let took_over = claimed.took_over;
+    shared.signals.update(|s| {
+        s.claimed += 1;
+        s.in_flight += 1;
+        s.takeovers += u64::from(took_over);
+    });
+    let span = tracing::info_span!(
+        "event",
+        event_id = %claimed.event.id,
+        source = %claimed.event.source,
+        kind = %claimed.event.kind,
+        seq = claimed.lease.event_seq,
+        took_over
+    );
+    let shared = Arc::clone(shared);
+    tasks.spawn(
+        async move {
+            let _held = held;
+            let _in_flight = InFlight(shared.signals.clone());
+            if took_over {
+                tracing::warn!("took over an expired lease: resuming at the first unfinished step");
+            }
+            let end = run_event(&shared, claimed, cancel).await;
+            shared.signals.update(|s| match end {
+                EventEnd::Done => s.events_done += 1,
+                EventEnd::Dead => s.events_dead += 1,
+                EventEnd::Parked => s.events_parked += 1,
+                _ => {}
+            });
+            tracing::debug!(?end, "event run ended");
+        }
+        .instrument(span),
+    );
+}
+
+/// Counts an event out of `in_flight` however its task ends.
+struct InFlight(WorkerSignals);
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        self.0
+            .update(|s| s.in_flight = s.in_flight.saturating_sub(1));
+    }
+}
+
+async fn subscribe(store: &dyn Store) -> Option<Wakeups> {
+    match store.wakeups().await {
+        Ok(wakeups) => Some(wakeups),
+        Err(error) => {
+            tracing::warn!(%error, "no wake-up subscription yet; polling");
+            None
+        }
+    }
+}
+
+async fn wait_for_wakeup(wakeups: &mut Option<Wakeups>) {
+    match wakeups {
+        Some(wakeups) => wakeups.wait().await,
+        None => std::future::pending().await,
+    }
+}
+
+async fn drain(tasks: &mut JoinSet<()>) {
+    while let Some(joined) = tasks.join_next().await {
+        report_panic(joined);
+    }
+}
+
+fn report_panic(joined: Result<(), tokio::task::JoinError>) {
+    if let Err(error) = joined {
+        tracing::error!(%error, "an event task panicked; its lease will expire and the event resume");
+    }
+}

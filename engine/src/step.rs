@@ -1,0 +1,175 @@
+//! The `Step` trait: one unit of a handler's work, and what it returns.
+//!
+//! A step is a plain Rust struct. Its fields are its configuration; they are
+//! serialised with `typetag` into the event's stored plan when the event is
+//! accepted, so a resumed event runs exactly the steps it was accepted with.
+//! Every step type has a stable name chosen by its author
+//! (`#[typetag::serde(name = "credit_account")]`), never a Rust type path, so
+//! moving or renaming the struct does not strand stored plans.
+
+use std::fmt;
+
+use crate::context::StepContext;
+
+/// What a step returns: a JSON output (stored with its mark and handed to later
+/// steps), or a [`StepError`].
+pub type StepResult = Result<serde_json::Value, StepError>;
+
+/// One ordered unit of work in a handler.
+///
+/// The engine runs a step outside any lock or transaction (unless it is
+/// [transactional](Step::transactional)), then marks it done in a short
+/// transaction that checks the worker still holds the event's lease. A step that
+/// was running when its worker died runs again with the same
+/// [idempotency key](StepContext::idempotency_key), so external calls should
+/// pass that key on.
+///
+/// ```
+/// use serde::{Deserialize, Serialize};
+/// use tickmark::{Step, StepContext, StepResult};
+///
+/// #[derive(Debug, Serialize, Deserialize)]
+/// struct Shout {
+///     volume: u8,
+/// }
+///
+/// #[typetag::serde(name = "shout")]
+/// #[async_trait::async_trait]
+/// impl Step for Shout {
+///     async fn run(&self, ctx: &mut StepContext<'_>) -> StepResult {
+///         let name = ctx.event().payload["name"].as_str().unwrap_or("nobody");
+///         Ok(serde_json::json!({ "shouted": name.to_uppercase(), "volume": self.volume }))
+///     }
+/// }
+/// ```
+#[typetag::serde(tag = "type", content = "config")]
+#[async_trait::async_trait]
+pub trait Step: Send + Sync + fmt::Debug {
+    /// Do the work. A plain `?` on any error is a retryable failure; return
+    /// [`StepError::terminal`] to dead-letter the event at once.
+    async fn run(&self, ctx: &mut StepContext<'_>) -> StepResult;
+
+    /// Whether the step writes to the engine's own database inside the engine's
+    /// transaction ([`StepContext::transaction`]), so that its writes commit
+    /// together with its mark: an exactly-once effect. Such a step holds a
+    /// database transaction while it runs, so it should only do database work.
+    fn transactional(&self) -> bool {
+        false
+    }
+}
+
+/// How a step failed: retryable (the default for `?`) or terminal.
+///
+/// `StepError` deliberately does not implement `std::error::Error`, so that
+/// `?` can convert any error into it.
+pub struct StepError {
+    kind: FailureKind,
+    message: String,
+}
+
+/// Whether a failure is worth retrying.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FailureKind {
+    /// Retried on the handler's durable schedule until attempts run out.
+    Retryable,
+    /// Dead-letters the event at once; an operator can retry it.
+    Terminal,
+}
+
+impl StepError {
+    /// A failure worth retrying later (a timeout, a 5xx, a dropped connection).
+    pub fn retryable(message: impl fmt::Display) -> Self {
+        Self {
+            kind: FailureKind::Retryable,
+            message: message.to_string(),
+        }
+    }
+
+    /// A failure that no retry will fix (a 4xx, invalid input): the event is
+    /// dead-lettered with this message.
+    pub fn terminal(message: impl fmt::Display) -> Self {
+        Self {
+            kind: FailureKind::Terminal,
+            message: message.to_string(),
+        }
+    }
+
+    /// Whether this failure is retryable or terminal.
+    pub fn kind(&self) -> FailureKind {
+        self.kind
+    }
+
+    /// Whether this failure dead-letters the event at once.
+    pub fn is_terminal(&self) -> bool {
+        self.kind == FailureKind::Terminal
+    }
+
+    /// The failure's message, as stored in the step-status table.
+    pub fn message(&self) -> &str {
+        &self.message
+    }
+}
+
+impl<E> From<E> for StepError
+where
+    E: std::error::Error + Send + Sync + 'static,
+{
+    fn from(error: E) -> Self {
+        let mut message = error.to_string();
+        let mut source = error.source();
+        while let Some(cause) = source {
+            message.push_str(": ");
+            message.push_str(&cause.to_string());
+            source = cause.source();
+        }
+        Self::retryable(message)
+    }
+}
+
+impl fmt::Debug for StepError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{:?}: {}", self.kind, self.message)
+    }
+}
+
+impl fmt::Display for StepError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.message)
+    }
+}
+
+/// Turns any `Result` into one whose error dead-letters the event:
+/// `charge.await.terminal()?`.
+pub trait TerminalExt<T> {
+    /// Map the error to [`StepError::terminal`].
+    fn terminal(self) -> Result<T, StepError>;
+}
+
+impl<T, E: fmt::Display> TerminalExt<T> for Result<T, E> {
+    fn terminal(self) -> Result<T, StepError> {
+        self.map_err(StepError::terminal)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn question_mark_is_retryable_and_keeps_the_cause_chain() {
+        fn parse() -> Result<u32, StepError> {
+            Ok("x".parse::<u32>()?)
+        }
+        let error = parse().unwrap_err();
+        assert_eq!(error.kind(), FailureKind::Retryable);
+        assert!(error.message().contains("invalid digit"));
+    }
+
+    #[test]
+    fn terminal_ext_marks_terminal() {
+        let result: Result<(), &str> = Err("customer closed");
+        let error = result.terminal().unwrap_err();
+        assert!(error.is_terminal());
+        assert_eq!(error.to_string(), "customer closed");
+    }
+}

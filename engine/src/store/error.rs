@@ -1,0 +1,77 @@
+//! What can go wrong talking to the store.
+
+/// An error from a [`Store`](super::Store).
+#[non_exhaustive]
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    /// The event's lease was taken over by another worker, or expired: this
+    /// worker must change nothing more and stop working on the event.
+    #[error("lease on event {event_seq} was lost (taken over or expired); this worker stops and another resumes the event")]
+    LeaseLost {
+        /// The event whose lease was lost.
+        event_seq: i64,
+    },
+    /// The database could not be reached, or refused for now (connection
+    /// refused or dropped, pool exhausted, database starting up or locked).
+    /// Transient: retry later.
+    #[error("database unavailable ({0}); it will be retried — check that the database is running and reachable")]
+    Unavailable(#[source] sqlx::Error),
+    /// The database answered with an error that retrying will not fix.
+    #[error("database error: {0}")]
+    Database(#[source] sqlx::Error),
+    /// Applying the schema failed.
+    #[error("could not apply tickmark's schema: {0}")]
+    Migrate(#[from] sqlx::migrate::MigrateError),
+    /// A stored row that this build cannot read.
+    #[error("stored data is unreadable: {0}")]
+    Corrupt(String),
+    /// The database URL names no backend tickmark supports.
+    #[error("unsupported database URL `{0}`: use `sqlite://path/to/file.db` or `postgres://user@host/db`")]
+    UnsupportedUrl(String),
+}
+
+impl StoreError {
+    /// Whether retrying the same operation later may succeed.
+    pub fn is_transient(&self) -> bool {
+        matches!(self, StoreError::Unavailable(_))
+    }
+}
+
+impl From<sqlx::Error> for StoreError {
+    fn from(error: sqlx::Error) -> Self {
+        if is_transient(&error) {
+            StoreError::Unavailable(error)
+        } else {
+            StoreError::Database(error)
+        }
+    }
+}
+
+fn is_transient(error: &sqlx::Error) -> bool {
+    match error {
+        sqlx::Error::Io(_)
+        | sqlx::Error::Tls(_)
+        | sqlx::Error::PoolTimedOut
+        | sqlx::Error::PoolClosed
+        | sqlx::Error::WorkerCrashed
+        | sqlx::Error::Protocol(_) => true,
+        sqlx::Error::Database(db) => {
+            let code = db.code();
+            let code = code.as_deref().unwrap_or("");
+            // PostgreSQL: class 08 connection exception, 57P01-03 shutting down or
+            // starting up, 53300 too many connections, 40001/40P01 serialization
+            // failure or deadlock. SQLite: 5 SQLITE_BUSY, 6 SQLITE_LOCKED (and
+            // their extended codes, which keep the primary code in the low byte).
+            code.starts_with("08")
+                || matches!(
+                    code,
+                    "57P01" | "57P02" | "57P03" | "53300" | "40001" | "40P01"
+                )
+                || code
+                    .parse::<i32>()
+                    .map(|c| matches!(c & 0xff, 5 | 6))
+                    .unwrap_or(false)
+        }
+        _ => false,
+    }
+}

@@ -1,0 +1,137 @@
+//! Storage: one trait, one module per backend.
+//!
+//! Methods are named noun-then-verb and take params structs. Every state
+//! transition of a leased event filters on the expected state **and** the
+//! fencing token; zero rows changed is [`StoreError::LeaseLost`], never ignored.
+//! The shared conformance suite in `tests/` runs against both backends.
+
+mod error;
+pub mod postgres;
+mod records;
+pub mod sqlite;
+mod transaction;
+pub(crate) mod transient;
+mod wakeups;
+
+use std::fmt;
+use std::sync::Arc;
+use std::time::Duration;
+
+pub use error::StoreError;
+pub use records::{
+    AfterFailure, ClaimParams, ClaimedEvent, EventInsert, EventRecord, InsertOutcome, Lease,
+    MarkDone, MarkFailed, StepStatus,
+};
+pub use transaction::StepTransaction;
+pub use wakeups::Wakeups;
+
+/// Which database a store runs on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Backend {
+    /// One file, embedded: the default.
+    Sqlite,
+    /// A server shared by many worker processes on many machines.
+    Postgres,
+}
+
+impl fmt::Display for Backend {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Backend::Sqlite => "sqlite",
+            Backend::Postgres => "postgres",
+        })
+    }
+}
+
+/// Everything the engine asks of a database.
+#[async_trait::async_trait]
+pub trait Store: Send + Sync + fmt::Debug {
+    /// Which database this is.
+    fn backend(&self) -> Backend;
+
+    /// Apply the schema (idempotent).
+    async fn migrate(&self) -> Result<(), StoreError>;
+
+    /// Insert an event unless its (source, dedup key) exists: the dedup decision.
+    async fn event_insert(&self, event: &EventInsert<'_>) -> Result<InsertOutcome, StoreError>;
+
+    /// Lease up to `limit` due events (pending, or running with an expired
+    /// lease) to `worker`, each with a new fencing token, in one short transaction.
+    async fn event_claim_many(
+        &self,
+        params: &ClaimParams<'_>,
+    ) -> Result<Vec<ClaimedEvent>, StoreError>;
+
+    /// Extend the leases this worker still holds; returns the events whose
+    /// leases were extended. A lease missing from the answer is lost.
+    async fn event_heartbeat_many(
+        &self,
+        leases: &[Lease],
+        lease_for: Duration,
+    ) -> Result<Vec<i64>, StoreError>;
+
+    /// Give a leased event back at once (graceful shutdown). With
+    /// `refund_attempt`, the attempt the claim (or last mark) counted is given
+    /// back too: the current step never started.
+    async fn event_release(&self, lease: &Lease, refund_attempt: bool) -> Result<(), StoreError>;
+
+    /// Stop a leased event whose plan this build cannot run; it waits for an operator.
+    async fn event_park(&self, lease: &Lease, reason: &str) -> Result<(), StoreError>;
+
+    /// How long until the earliest pending retry or running lease falls due
+    /// (zero if one is due now); `None` when nothing is active.
+    async fn event_next_due(&self) -> Result<Option<Duration>, StoreError>;
+
+    /// How many events are pending or running.
+    async fn event_count_active(&self) -> Result<i64, StoreError>;
+
+    /// One event by its row number.
+    async fn event_get(&self, event_seq: i64) -> Result<Option<EventRecord>, StoreError>;
+
+    /// One event by its dedup key.
+    async fn event_find(
+        &self,
+        source: &str,
+        dedup_key: &str,
+    ) -> Result<Option<EventRecord>, StoreError>;
+
+    /// The stored outputs of an event's done (or skipped) steps, by position.
+    async fn step_outputs(
+        &self,
+        event_seq: i64,
+    ) -> Result<Vec<(i32, serde_json::Value)>, StoreError>;
+
+    /// Open the transaction a transactional step writes in and is marked in.
+    async fn step_transaction_begin(&self) -> Result<StepTransaction, StoreError>;
+
+    /// Mark a step done with its output, advancing the event (and finishing it
+    /// after the last step). With `transaction`, the mark commits in it.
+    async fn step_mark_done(
+        &self,
+        mark: &MarkDone<'_>,
+        transaction: Option<StepTransaction>,
+    ) -> Result<(), StoreError>;
+
+    /// Record a failed attempt: schedule the retry, or dead-letter the event.
+    async fn step_mark_failed(&self, mark: &MarkFailed<'_>) -> Result<(), StoreError>;
+
+    /// The step-status table of one event, in step order.
+    async fn step_status(&self, event_seq: i64) -> Result<Vec<StepStatus>, StoreError>;
+
+    /// A subscription that wakes idle workers when events are accepted.
+    async fn wakeups(&self) -> Result<Wakeups, StoreError>;
+}
+
+/// Connect to the database at `url` and apply the schema.
+///
+/// `sqlite://path/to/file.db` (created if missing) or `postgres://user@host/db`.
+pub async fn connect(url: &str) -> Result<Arc<dyn Store>, StoreError> {
+    let store: Arc<dyn Store> = if url.starts_with("sqlite:") {
+        Arc::new(sqlite::SqliteStore::connect(url).await?)
+    } else if url.starts_with("postgres:") || url.starts_with("postgresql:") {
+        Arc::new(postgres::PostgresStore::connect(url).await?)
+    } else {
+        return Err(StoreError::UnsupportedUrl(url.to_owned()));
+    };
+    Ok(store)
+}

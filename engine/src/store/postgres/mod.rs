@@ -1,0 +1,424 @@
+//! The PostgreSQL store: many worker processes on many machines share one
+//! database. Claims use `FOR UPDATE SKIP LOCKED`; wake-ups use `LISTEN/NOTIFY`.
+//! Times come from the database clock (`now()`), so machines' clocks may differ.
+
+mod sql;
+
+use std::time::Duration;
+
+use sqlx::migrate::Migrator;
+use sqlx::postgres::{PgListener, PgPool, PgPoolOptions, PgRow};
+use sqlx::Row;
+
+use super::{
+    AfterFailure, Backend, ClaimParams, ClaimedEvent, EventInsert, EventRecord, InsertOutcome,
+    Lease, MarkDone, MarkFailed, StepStatus, StepTransaction, Store, StoreError, Wakeups,
+};
+use crate::event::{Event, EventState};
+use crate::store::transaction::Inner;
+
+static MIGRATOR: Migrator = sqlx::migrate!("../migrations/postgres");
+
+/// Connection settings for [`PostgresStore`].
+#[derive(Debug, Clone)]
+pub struct PostgresOptions {
+    /// Pool size per process.
+    pub max_connections: u32,
+    /// How long to wait for a pooled connection before reporting the database unavailable.
+    pub acquire_timeout: Duration,
+}
+
+impl Default for PostgresOptions {
+    fn default() -> Self {
+        Self {
+            max_connections: 10,
+            acquire_timeout: Duration::from_secs(5),
+        }
+    }
+}
+
+/// tickmark's tables in a PostgreSQL database (in the connection's `search_path` schema).
+#[derive(Debug, Clone)]
+pub struct PostgresStore {
+    pool: PgPool,
+    channel: String,
+}
+
+impl PostgresStore {
+    /// Connect with default options and apply the schema.
+    pub async fn connect(url: &str) -> Result<Self, StoreError> {
+        Self::connect_with(url, PostgresOptions::default()).await
+    }
+
+    /// Connect and apply the schema.
+    pub async fn connect_with(url: &str, options: PostgresOptions) -> Result<Self, StoreError> {
+        let pool = PgPoolOptions::new()
+            .max_connections(options.max_connections)
+            .acquire_timeout(options.acquire_timeout)
+            .connect(url)
+            .await?;
+        let schema: String = sqlx::query_scalar("SELECT current_schema()")
+            .fetch_one(&pool)
+            .await?;
+        let store = Self {
+            pool,
+            // One channel per schema, so that schemas sharing a database (tests,
+            // tenants) do not wake each other's workers.
+            channel: format!("tickmark:{schema}"),
+        };
+        store.migrate().await?;
+        Ok(store)
+    }
+
+    /// The pool, for the application's own queries on the same database.
+    pub fn pool(&self) -> &PgPool {
+        &self.pool
+    }
+
+    /// Mark `lease`'s step done on `conn` (the caller commits).
+    async fn mark_done_on(
+        conn: &mut sqlx::PgConnection,
+        mark: &MarkDone<'_>,
+    ) -> Result<u64, StoreError> {
+        let result = sqlx::query(sql::STEP_MARK_DONE)
+            .bind(mark.lease.event_seq)
+            .bind(mark.lease.token)
+            .bind(mark.position)
+            .bind(mark.step)
+            .bind(mark.attempt)
+            .bind(mark.started_at)
+            .bind(mark.finished_at)
+            .bind(mark.output_json)
+            .execute(conn)
+            .await?;
+        Ok(result.rows_affected())
+    }
+
+    /// After a mark changed nothing: was it already applied under this token (a
+    /// retried commit whose first answer was lost), or was the lease lost?
+    async fn confirm_mark(
+        &self,
+        lease: &Lease,
+        position: i32,
+        state: &str,
+    ) -> Result<(), StoreError> {
+        let applied: Option<i32> = sqlx::query_scalar(sql::STEP_MARK_CONFIRM)
+            .bind(lease.event_seq)
+            .bind(position)
+            .bind(lease.token)
+            .bind(state)
+            .fetch_optional(&self.pool)
+            .await?;
+        match applied {
+            Some(_) => Ok(()),
+            None => Err(StoreError::LeaseLost {
+                event_seq: lease.event_seq,
+            }),
+        }
+    }
+}
+
+fn event_from_row(row: &PgRow) -> Result<Event, sqlx::Error> {
+    let payload: String = row.try_get("payload")?;
+    Ok(Event {
+        seq: row.try_get("id")?,
+        source: row.try_get("source")?,
+        id: row.try_get("dedup_key")?,
+        kind: row.try_get("kind")?,
+        payload: serde_json::from_str(&payload).map_err(|e| sqlx::Error::Decode(Box::new(e)))?,
+        received_at: row.try_get("received_at")?,
+    })
+}
+
+fn record_from_row(row: &PgRow) -> Result<EventRecord, StoreError> {
+    let state: String = row.try_get("state")?;
+    Ok(EventRecord {
+        event: event_from_row(row)?,
+        state: state
+            .parse()
+            .map_err(|e| StoreError::Corrupt(format!("event state: {e}")))?,
+        step_count: row.try_get("step_count")?,
+        next_step: row.try_get("next_step")?,
+        attempt: row.try_get("attempt")?,
+        due_at: row.try_get("due_at")?,
+        lease_owner: row.try_get("lease_owner")?,
+        lease_token: row.try_get("lease_token")?,
+        takeovers: row.try_get("takeovers")?,
+        last_error: row.try_get("last_error")?,
+        finished_at: row.try_get("finished_at")?,
+    })
+}
+
+fn status_from_row(row: &PgRow) -> Result<StepStatus, StoreError> {
+    let state: String = row.try_get("state")?;
+    let output: Option<String> = row.try_get("output")?;
+    Ok(StepStatus {
+        position: row.try_get("position")?,
+        step: row.try_get("step")?,
+        idempotency_key: row.try_get("idempotency_key")?,
+        state: state
+            .parse()
+            .map_err(|e| StoreError::Corrupt(format!("step state: {e}")))?,
+        attempts: row.try_get("attempts")?,
+        started_at: row.try_get("started_at")?,
+        finished_at: row.try_get("finished_at")?,
+        retry_at: row.try_get("retry_at")?,
+        lease_until: row.try_get("lease_until")?,
+        worker: row.try_get("worker")?,
+        last_error: row.try_get("last_error")?,
+        output: output
+            .map(|text| serde_json::from_str(&text))
+            .transpose()
+            .map_err(|e| StoreError::Corrupt(format!("step output: {e}")))?,
+    })
+}
+
+fn seconds(duration: Duration) -> f64 {
+    duration.as_secs_f64()
+}
+
+#[async_trait::async_trait]
+impl Store for PostgresStore {
+    fn backend(&self) -> Backend {
+        Backend::Postgres
+    }
+
+    async fn migrate(&self) -> Result<(), StoreError> {
+        MIGRATOR.run(&self.pool).await?;
+        Ok(())
+    }
+
+    async fn event_insert(&self, event: &EventInsert<'_>) -> Result<InsertOutcome, StoreError> {
+        let statement = if event.state == EventState::Pending {
+            sql::EVENT_INSERT_AND_NOTIFY
+        } else {
+            sql::EVENT_INSERT
+        };
+        let mut query = sqlx::query_scalar(statement)
+            .bind(event.source)
+            .bind(event.dedup_key)
+            .bind(event.kind)
+            .bind(event.payload_json)
+            .bind(event.plan_json)
+            .bind(event.state.as_str())
+            .bind(event.step_count)
+            .bind(event.not_before);
+        if event.state == EventState::Pending {
+            query = query.bind(&self.channel);
+        }
+        let inserted: Option<i64> = query.fetch_optional(&self.pool).await?;
+        Ok(match inserted {
+            Some(seq) => InsertOutcome::New(seq),
+            None => InsertOutcome::Duplicate,
+        })
+    }
+
+    async fn event_claim_many(
+        &self,
+        params: &ClaimParams<'_>,
+    ) -> Result<Vec<ClaimedEvent>, StoreError> {
+        let rows = sqlx::query(sql::EVENT_CLAIM_MANY)
+            .bind(params.worker)
+            .bind(i64::from(params.limit))
+            .bind(seconds(params.lease_for))
+            .fetch_all(&self.pool)
+            .await?;
+        rows.iter()
+            .map(|row| {
+                Ok(ClaimedEvent {
+                    event: event_from_row(row)?,
+                    plan_json: row.try_get("plan")?,
+                    next_step: row.try_get("next_step")?,
+                    attempt: row.try_get("attempt")?,
+                    lease: Lease {
+                        event_seq: row.try_get("id")?,
+                        token: row.try_get("lease_token")?,
+                    },
+                    took_over: row.try_get("took_over")?,
+                })
+            })
+            .collect()
+    }
+
+    async fn event_heartbeat_many(
+        &self,
+        leases: &[Lease],
+        lease_for: Duration,
+    ) -> Result<Vec<i64>, StoreError> {
+        let seqs: Vec<i64> = leases.iter().map(|l| l.event_seq).collect();
+        let tokens: Vec<i64> = leases.iter().map(|l| l.token).collect();
+        Ok(sqlx::query_scalar(sql::EVENT_HEARTBEAT_MANY)
+            .bind(&seqs)
+            .bind(&tokens)
+            .bind(seconds(lease_for))
+            .fetch_all(&self.pool)
+            .await?)
+    }
+
+    async fn event_release(&self, lease: &Lease, refund_attempt: bool) -> Result<(), StoreError> {
+        let result = sqlx::query(sql::EVENT_RELEASE)
+            .bind(lease.event_seq)
+            .bind(lease.token)
+            .bind(&self.channel)
+            .bind(refund_attempt)
+            .execute(&self.pool)
+            .await?;
+        lease_kept(result.rows_affected(), lease)
+    }
+
+    async fn event_park(&self, lease: &Lease, reason: &str) -> Result<(), StoreError> {
+        let result = sqlx::query(sql::EVENT_PARK)
+            .bind(lease.event_seq)
+            .bind(lease.token)
+            .bind(reason)
+            .execute(&self.pool)
+            .await?;
+        lease_kept(result.rows_affected(), lease)
+    }
+
+    async fn event_next_due(&self) -> Result<Option<Duration>, StoreError> {
+        let seconds: Option<f64> = sqlx::query_scalar(sql::EVENT_NEXT_DUE)
+            .fetch_optional(&self.pool)
+            .await?;
+        Ok(seconds.map(|s| Duration::from_secs_f64(s.max(0.0))))
+    }
+
+    async fn event_count_active(&self) -> Result<i64, StoreError> {
+        Ok(sqlx::query_scalar(sql::EVENT_COUNT_ACTIVE)
+            .fetch_one(&self.pool)
+            .await?)
+    }
+
+    async fn event_get(&self, event_seq: i64) -> Result<Option<EventRecord>, StoreError> {
+        sqlx::query(sql::EVENT_GET)
+            .bind(event_seq)
+            .fetch_optional(&self.pool)
+            .await?
+            .as_ref()
+            .map(record_from_row)
+            .transpose()
+    }
+
+    async fn event_find(
+        &self,
+        source: &str,
+        dedup_key: &str,
+    ) -> Result<Option<EventRecord>, StoreError> {
+        sqlx::query(sql::EVENT_FIND)
+            .bind(source)
+            .bind(dedup_key)
+            .fetch_optional(&self.pool)
+            .await?
+            .as_ref()
+            .map(record_from_row)
+            .transpose()
+    }
+
+    async fn step_outputs(
+        &self,
+        event_seq: i64,
+    ) -> Result<Vec<(i32, serde_json::Value)>, StoreError> {
+        let rows: Vec<(i32, Option<String>)> = sqlx::query_as(sql::STEP_OUTPUTS)
+            .bind(event_seq)
+            .fetch_all(&self.pool)
+            .await?;
+        rows.into_iter()
+            .map(|(position, output)| {
+                let value = match output {
+                    Some(text) => serde_json::from_str(&text)
+                        .map_err(|e| StoreError::Corrupt(format!("step output: {e}")))?,
+                    None => serde_json::Value::Null,
+                };
+                Ok((position, value))
+            })
+            .collect()
+    }
+
+    async fn step_transaction_begin(&self) -> Result<StepTransaction, StoreError> {
+        Ok(StepTransaction::postgres_from(self.pool.begin().await?))
+    }
+
+    async fn step_mark_done(
+        &self,
+        mark: &MarkDone<'_>,
+        transaction: Option<StepTransaction>,
+    ) -> Result<(), StoreError> {
+        let changed = match transaction.map(StepTransaction::into_inner) {
+            Some(Inner::Postgres(mut transaction)) => {
+                let changed = Self::mark_done_on(&mut transaction, mark).await?;
+                if changed == 0 {
+                    // Dropping the transaction rolls the step's writes back.
+                    return Err(StoreError::LeaseLost {
+                        event_seq: mark.lease.event_seq,
+                    });
+                }
+                transaction.commit().await?;
+                changed
+            }
+            Some(Inner::Sqlite { .. }) => {
+                return Err(StoreError::Corrupt(
+                    "a SQLite transaction was handed to the PostgreSQL store".into(),
+                ))
+            }
+            None => {
+                let mut conn = self.pool.acquire().await?;
+                Self::mark_done_on(&mut conn, mark).await?
+            }
+        };
+        if changed == 0 {
+            return self.confirm_mark(&mark.lease, mark.position, "done").await;
+        }
+        Ok(())
+    }
+
+    async fn step_mark_failed(&self, mark: &MarkFailed<'_>) -> Result<(), StoreError> {
+        let (dead, retry_in) = match mark.then {
+            AfterFailure::RetryIn(delay) => (false, delay),
+            AfterFailure::Dead => (true, Duration::ZERO),
+        };
+        let result = sqlx::query(sql::STEP_MARK_FAILED)
+            .bind(mark.lease.event_seq)
+            .bind(mark.lease.token)
+            .bind(mark.position)
+            .bind(mark.step)
+            .bind(mark.attempt)
+            .bind(mark.started_at)
+            .bind(mark.finished_at)
+            .bind(mark.error)
+            .bind(dead)
+            .bind(seconds(retry_in))
+            .execute(&self.pool)
+            .await?;
+        if result.rows_affected() == 0 {
+            let state = if dead { "dead" } else { "failed" };
+            return self.confirm_mark(&mark.lease, mark.position, state).await;
+        }
+        Ok(())
+    }
+
+    async fn step_status(&self, event_seq: i64) -> Result<Vec<StepStatus>, StoreError> {
+        sqlx::query(sql::STEP_STATUS)
+            .bind(event_seq)
+            .fetch_all(&self.pool)
+            .await?
+            .iter()
+            .map(status_from_row)
+            .collect()
+    }
+
+    async fn wakeups(&self) -> Result<Wakeups, StoreError> {
+        let mut listener = PgListener::connect_with(&self.pool).await?;
+        listener.listen(&self.channel).await?;
+        Ok(Wakeups::postgres(listener))
+    }
+}
+
+fn lease_kept(rows_affected: u64, lease: &Lease) -> Result<(), StoreError> {
+    if rows_affected == 0 {
+        Err(StoreError::LeaseLost {
+            event_seq: lease.event_seq,
+        })
+    } else {
+        Ok(())
+    }
+}

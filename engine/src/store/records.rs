@@ -1,0 +1,181 @@
+//! The params and rows that cross the [`Store`](super::Store) trait.
+
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+use serde::Serialize;
+
+use crate::event::{Event, EventState, StepState};
+
+/// An event to insert into the inbox.
+#[derive(Debug, Clone)]
+pub struct EventInsert<'a> {
+    /// Where it came from.
+    pub source: &'a str,
+    /// Provider id or `sha256:` body hash.
+    pub dedup_key: &'a str,
+    /// Event type.
+    pub kind: &'a str,
+    /// Body as JSON text.
+    pub payload_json: &'a str,
+    /// The handler's plan as JSON text.
+    pub plan_json: &'a str,
+    /// Steps in the plan.
+    pub step_count: i32,
+    /// `Pending` when a handler exists, `Ignored` otherwise.
+    pub state: EventState,
+    /// Run not before this time.
+    pub not_before: Option<DateTime<Utc>>,
+}
+
+/// The dedup decision.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case", tag = "outcome", content = "event_seq")]
+pub enum InsertOutcome {
+    /// First time this (source, dedup key) was seen: inserted with this row number.
+    New(i64),
+    /// Already in the inbox: nothing was written.
+    Duplicate,
+}
+
+/// What a worker asks for when it claims.
+#[derive(Debug, Clone)]
+pub struct ClaimParams<'a> {
+    /// The worker's name, stored as the lease owner.
+    pub worker: &'a str,
+    /// At most this many events.
+    pub limit: u32,
+    /// Lease length.
+    pub lease_for: Duration,
+}
+
+/// A lease: the event and the fencing token of the claim that took it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Lease {
+    /// The event's row number.
+    pub event_seq: i64,
+    /// The fencing token; every later change filters on it.
+    pub token: i64,
+}
+
+/// An event handed to a worker by a claim.
+#[derive(Debug, Clone)]
+pub struct ClaimedEvent {
+    /// The event.
+    pub event: Event,
+    /// Its stored plan (JSON).
+    pub plan_json: String,
+    /// The first unfinished step.
+    pub next_step: i32,
+    /// The attempt this claim starts for that step (1-based).
+    pub attempt: i32,
+    /// The lease.
+    pub lease: Lease,
+    /// Whether this claim took over an expired lease of another worker.
+    pub took_over: bool,
+}
+
+/// A step finished: record it done.
+#[derive(Debug, Clone)]
+pub struct MarkDone<'a> {
+    /// The lease it ran under.
+    pub lease: Lease,
+    /// Step position in the plan.
+    pub position: i32,
+    /// Step name.
+    pub step: &'a str,
+    /// Attempt that succeeded.
+    pub attempt: i32,
+    /// When the attempt started.
+    pub started_at: DateTime<Utc>,
+    /// When it finished.
+    pub finished_at: DateTime<Utc>,
+    /// Its output as JSON text.
+    pub output_json: &'a str,
+}
+
+/// What happens to an event after a failed attempt.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum AfterFailure {
+    /// Run the step again after this delay.
+    RetryIn(Duration),
+    /// Dead-letter the event.
+    Dead,
+}
+
+/// A step failed: record the attempt and what follows.
+#[derive(Debug, Clone)]
+pub struct MarkFailed<'a> {
+    /// The lease it ran under.
+    pub lease: Lease,
+    /// Step position in the plan.
+    pub position: i32,
+    /// Step name.
+    pub step: &'a str,
+    /// Attempt that failed.
+    pub attempt: i32,
+    /// When the attempt started.
+    pub started_at: DateTime<Utc>,
+    /// When it failed.
+    pub finished_at: DateTime<Utc>,
+    /// The failure, as operators will read it.
+    pub error: &'a str,
+    /// Retry or dead-letter.
+    pub then: AfterFailure,
+}
+
+/// One row of `tickmark_events`.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct EventRecord {
+    /// The event.
+    pub event: Event,
+    /// Its state.
+    pub state: EventState,
+    /// Steps in its plan.
+    pub step_count: i32,
+    /// First unfinished step.
+    pub next_step: i32,
+    /// Attempts of the step at `next_step`.
+    pub attempt: i32,
+    /// Retry time while pending, lease expiry while running.
+    pub due_at: DateTime<Utc>,
+    /// The worker that holds (or last held) the lease.
+    pub lease_owner: Option<String>,
+    /// The current fencing token.
+    pub lease_token: i64,
+    /// Claims that took over an expired lease.
+    pub takeovers: i32,
+    /// The most recent failure or interruption.
+    pub last_error: Option<String>,
+    /// When it reached done, dead or parked.
+    pub finished_at: Option<DateTime<Utc>>,
+}
+
+/// One row of the step-status table (`tickmark_step_status`).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct StepStatus {
+    /// Position in the plan (0-based).
+    pub position: i32,
+    /// Step name.
+    pub step: String,
+    /// `{source}:{event id}:{step}`.
+    pub idempotency_key: String,
+    /// Stored or derived state.
+    pub state: StepState,
+    /// Attempts so far.
+    pub attempts: i32,
+    /// When the current or last attempt started.
+    pub started_at: Option<DateTime<Utc>>,
+    /// When it was marked done or skipped.
+    pub finished_at: Option<DateTime<Utc>>,
+    /// When the next attempt is due, while retrying.
+    pub retry_at: Option<DateTime<Utc>>,
+    /// When the lease expires, while running.
+    pub lease_until: Option<DateTime<Utc>>,
+    /// The worker running it.
+    pub worker: Option<String>,
+    /// The most recent failure.
+    pub last_error: Option<String>,
+    /// The stored output, once done.
+    pub output: Option<serde_json::Value>,
+}

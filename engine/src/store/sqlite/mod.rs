@@ -1,0 +1,546 @@
+//! The SQLite store: one file, zero set-up, the default.
+//!
+//! WAL mode with `synchronous = FULL`: an event is on disk before the receiver
+//! answers 200 (NORMAL would be faster but may lose the last commits on power
+//! loss — a lost accepted event, which tickmark promises never to cause).
+//! Every write transaction is `BEGIN IMMEDIATE` (it takes the write lock up
+//! front, so a read-then-write transaction cannot fail to upgrade), and writers
+//! of one process take turns on an in-process mutex so they do not spin in
+//! SQLite's busy handler. Several processes may share the file; they wait on
+//! `busy_timeout`. Times are the process clock's UTC, as fixed-width text.
+
+mod sql;
+mod time;
+
+use std::str::FromStr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use chrono::Utc;
+use sqlx::migrate::Migrator;
+use sqlx::sqlite::{
+    SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions, SqliteRow,
+    SqliteSynchronous,
+};
+use sqlx::{Row, Sqlite, SqliteConnection, Transaction};
+use tokio::sync::{watch, Mutex, OwnedMutexGuard};
+
+use super::{
+    AfterFailure, Backend, ClaimParams, ClaimedEvent, EventInsert, EventRecord, InsertOutcome,
+    Lease, MarkDone, MarkFailed, StepStatus, StepTransaction, Store, StoreError, Wakeups,
+};
+use crate::event::{Event, EventState};
+use crate::store::transaction::Inner;
+use time::{format_time, parse_time, parse_time_opt};
+
+static MIGRATOR: Migrator = sqlx::migrate!("../migrations/sqlite");
+
+/// Connection settings for [`SqliteStore`].
+#[derive(Debug, Clone)]
+pub struct SqliteOptions {
+    /// Pool size per process.
+    pub max_connections: u32,
+    /// How long a writer waits for another process's write lock.
+    pub busy_timeout: Duration,
+}
+
+impl Default for SqliteOptions {
+    fn default() -> Self {
+        Self {
+            max_connections: 4,
+            busy_timeout: Duration::from_secs(30),
+        }
+    }
+}
+
+/// tickmark's tables in one SQLite file.
+#[derive(Debug, Clone)]
+pub struct SqliteStore {
+    pool: SqlitePool,
+    write_turn: Arc<Mutex<()>>,
+    accepted: watch::Sender<u64>,
+}
+
+impl SqliteStore {
+    /// Open (creating if missing) with default options and apply the schema.
+    pub async fn connect(url: &str) -> Result<Self, StoreError> {
+        Self::connect_with(url, SqliteOptions::default()).await
+    }
+
+    /// Open (creating if missing) and apply the schema.
+    pub async fn connect_with(url: &str, options: SqliteOptions) -> Result<Self, StoreError> {
+        let connect = SqliteConnectOptions::from_str(url)?
+            .create_if_missing(true)
+            .journal_mode(SqliteJournalMode::Wal)
+            .synchronous(SqliteSynchronous::Full)
+            .busy_timeout(options.busy_timeout)
+            .foreign_keys(true);
+        let pool = SqlitePoolOptions::new()
+            .max_connections(options.max_connections)
+            .connect_with(connect)
+            .await?;
+        let store = Self {
+            pool,
+            write_turn: Arc::new(Mutex::new(())),
+            accepted: watch::Sender::new(0),
+        };
+        store.migrate().await?;
+        Ok(store)
+    }
+
+    /// The pool, for the application's own queries on the same file.
+    pub fn pool(&self) -> &SqlitePool {
+        &self.pool
+    }
+
+    /// Take this process's write turn, then the file's write lock.
+    async fn begin_write(
+        &self,
+    ) -> Result<(OwnedMutexGuard<()>, Transaction<'static, Sqlite>), StoreError> {
+        let turn = Arc::clone(&self.write_turn).lock_owned().await;
+        let transaction = self.pool.begin_with("BEGIN IMMEDIATE").await?;
+        Ok((turn, transaction))
+    }
+
+    async fn mark_done_on(
+        conn: &mut SqliteConnection,
+        mark: &MarkDone<'_>,
+    ) -> Result<bool, StoreError> {
+        let now = format_time(Utc::now());
+        let advanced = sqlx::query(sql::EVENT_ADVANCE)
+            .bind(mark.lease.event_seq)
+            .bind(mark.lease.token)
+            .bind(mark.position)
+            .bind(&now)
+            .execute(&mut *conn)
+            .await?
+            .rows_affected();
+        if advanced == 0 {
+            return Ok(false);
+        }
+        sqlx::query(sql::STEP_UPSERT_DONE)
+            .bind(mark.lease.event_seq)
+            .bind(mark.position)
+            .bind(mark.step)
+            .bind(mark.attempt)
+            .bind(mark.lease.token)
+            .bind(format_time(mark.started_at))
+            .bind(format_time(mark.finished_at))
+            .bind(mark.output_json)
+            .execute(&mut *conn)
+            .await?;
+        Ok(true)
+    }
+
+    async fn confirm_mark(
+        &self,
+        lease: &Lease,
+        position: i32,
+        state: &str,
+    ) -> Result<(), StoreError> {
+        let applied: Option<i64> = sqlx::query_scalar(sql::STEP_MARK_CONFIRM)
+            .bind(lease.event_seq)
+            .bind(position)
+            .bind(lease.token)
+            .bind(state)
+            .fetch_optional(&self.pool)
+            .await?;
+        match applied {
+            Some(_) => Ok(()),
+            None => Err(StoreError::LeaseLost {
+                event_seq: lease.event_seq,
+            }),
+        }
+    }
+
+    fn wake_workers(&self) {
+        self.accepted
+            .send_modify(|count| *count = count.wrapping_add(1));
+    }
+}
+
+fn event_from_row(row: &SqliteRow) -> Result<Event, StoreError> {
+    let payload: String = row.try_get("payload")?;
+    Ok(Event {
+        seq: row.try_get("id")?,
+        source: row.try_get("source")?,
+        id: row.try_get("dedup_key")?,
+        kind: row.try_get("kind")?,
+        payload: serde_json::from_str(&payload)
+            .map_err(|e| StoreError::Corrupt(format!("event payload: {e}")))?,
+        received_at: parse_time(&row.try_get::<String, _>("received_at")?)?,
+    })
+}
+
+fn record_from_row(row: &SqliteRow) -> Result<EventRecord, StoreError> {
+    let state: String = row.try_get("state")?;
+    Ok(EventRecord {
+        event: event_from_row(row)?,
+        state: state
+            .parse()
+            .map_err(|e| StoreError::Corrupt(format!("event state: {e}")))?,
+        step_count: row.try_get("step_count")?,
+        next_step: row.try_get("next_step")?,
+        attempt: row.try_get("attempt")?,
+        due_at: parse_time(&row.try_get::<String, _>("due_at")?)?,
+        lease_owner: row.try_get("lease_owner")?,
+        lease_token: row.try_get("lease_token")?,
+        takeovers: row.try_get("takeovers")?,
+        last_error: row.try_get("last_error")?,
+        finished_at: parse_time_opt(row.try_get("finished_at")?)?,
+    })
+}
+
+fn status_from_row(row: &SqliteRow) -> Result<StepStatus, StoreError> {
+    let state: String = row.try_get("state")?;
+    let output: Option<String> = row.try_get("output")?;
+    Ok(StepStatus {
+        position: row.try_get("position")?,
+        step: row.try_get("step")?,
+        idempotency_key: row.try_get("idempotency_key")?,
+        state: state
+            .parse()
+            .map_err(|e| StoreError::Corrupt(format!("step state: {e}")))?,
+        attempts: row.try_get("attempts")?,
+        started_at: parse_time_opt(row.try_get("started_at")?)?,
+        finished_at: parse_time_opt(row.try_get("finished_at")?)?,
+        retry_at: parse_time_opt(row.try_get("retry_at")?)?,
+        lease_until: parse_time_opt(row.try_get("lease_until")?)?,
+        worker: row.try_get("worker")?,
+        last_error: row.try_get("last_error")?,
+        output: output
+            .map(|text| serde_json::from_str(&text))
+            .transpose()
+            .map_err(|e| StoreError::Corrupt(format!("step output: {e}")))?,
+    })
+}
+
+fn lease_kept(rows_affected: u64, lease: &Lease) -> Result<(), StoreError> {
+    if rows_affected == 0 {
+        Err(StoreError::LeaseLost {
+            event_seq: lease.event_seq,
+        })
+    } else {
+        Ok(())
+    }
+}
+
+fn after(duration: Duration) -> chrono::DateTime<Utc> {
+    Utc::now() + chrono::Duration::from_std(duration).unwrap_or(chrono::Duration::MAX)
+}
+
+#[async_trait::async_trait]
+impl Store for SqliteStore {
+    fn backend(&self) -> Backend {
+        Backend::Sqlite
+    }
+
+    async fn migrate(&self) -> Result<(), StoreError> {
+        // Several processes may open a new file at once; SQLite's migrator takes
+        // no lock, so a loser of that race finds the tables made and tries again.
+        let mut tries = 0;
+        loop {
+            match MIGRATOR.run(&self.pool).await {
+                Ok(()) => return Ok(()),
+                Err(error) if tries < 3 => {
+                    tries += 1;
+                    tracing::debug!(%error, "schema migration raced another process; retrying");
+                    tokio::time::sleep(Duration::from_millis(100 * tries)).await;
+                }
+                Err(error) => return Err(error.into()),
+            }
+        }
+    }
+
+    async fn event_insert(&self, event: &EventInsert<'_>) -> Result<InsertOutcome, StoreError> {
+        let now = Utc::now();
+        let (_turn, mut tx) = self.begin_write().await?;
+        let inserted: Option<i64> = sqlx::query_scalar(sql::EVENT_INSERT)
+            .bind(event.source)
+            .bind(event.dedup_key)
+            .bind(event.kind)
+            .bind(event.payload_json)
+            .bind(event.plan_json)
+            .bind(event.state.as_str())
+            .bind(event.step_count)
+            .bind(format_time(event.not_before.unwrap_or(now)))
+            .bind(format_time(now))
+            .fetch_optional(&mut *tx)
+            .await?;
+        tx.commit().await?;
+        Ok(match inserted {
+            Some(seq) => {
+                if event.state == EventState::Pending {
+                    self.wake_workers();
+                }
+                InsertOutcome::New(seq)
+            }
+            None => InsertOutcome::Duplicate,
+        })
+    }
+
+    async fn event_claim_many(
+        &self,
+        params: &ClaimParams<'_>,
+    ) -> Result<Vec<ClaimedEvent>, StoreError> {
+        // Look before taking the write lock: an idle worker only reads.
+        let now = format_time(Utc::now());
+        let any_due: Option<i64> = sqlx::query_scalar(sql::EVENT_ANY_DUE)
+            .bind(&now)
+            .fetch_optional(&self.pool)
+            .await?;
+        if any_due.is_none() {
+            return Ok(Vec::new());
+        }
+
+        let (_turn, mut tx) = self.begin_write().await?;
+        let now = Utc::now();
+        let due: Vec<(i64, String)> = sqlx::query_as(sql::EVENT_DUE)
+            .bind(format_time(now))
+            .bind(i64::from(params.limit))
+            .fetch_all(&mut *tx)
+            .await?;
+        if due.is_empty() {
+            return Ok(Vec::new());
+        }
+        let seqs: Vec<i64> = due.iter().map(|(seq, _)| *seq).collect();
+        let seqs_json = serde_json::to_string(&seqs)
+            .map_err(|e| StoreError::Corrupt(format!("claim list: {e}")))?;
+        let rows = sqlx::query(sql::EVENT_CLAIM)
+            .bind(params.worker)
+            .bind(format_time(after(params.lease_for)))
+            .bind(format_time(now))
+            .bind(seqs_json)
+            .fetch_all(&mut *tx)
+            .await?;
+        tx.commit().await?;
+
+        rows.iter()
+            .map(|row| {
+                let seq: i64 = row.try_get("id")?;
+                let took_over = due
+                    .iter()
+                    .any(|(due_seq, state)| *due_seq == seq && state == "running");
+                Ok(ClaimedEvent {
+                    event: event_from_row(row)?,
+                    plan_json: row.try_get("plan")?,
+                    next_step: row.try_get("next_step")?,
+                    attempt: row.try_get("attempt")?,
+                    lease: Lease {
+                        event_seq: seq,
+                        token: row.try_get("lease_token")?,
+                    },
+                    took_over,
+                })
+            })
+            .collect()
+    }
+
+    async fn event_heartbeat_many(
+        &self,
+        leases: &[Lease],
+        lease_for: Duration,
+    ) -> Result<Vec<i64>, StoreError> {
+        let pairs: Vec<[i64; 2]> = leases.iter().map(|l| [l.event_seq, l.token]).collect();
+        let pairs_json = serde_json::to_string(&pairs)
+            .map_err(|e| StoreError::Corrupt(format!("lease list: {e}")))?;
+        let (_turn, mut tx) = self.begin_write().await?;
+        let held: Vec<i64> = sqlx::query_scalar(sql::EVENT_HEARTBEAT_MANY)
+            .bind(format_time(after(lease_for)))
+            .bind(format_time(Utc::now()))
+            .bind(pairs_json)
+            .fetch_all(&mut *tx)
+            .await?;
+        tx.commit().await?;
+        Ok(held)
+    }
+
+    async fn event_release(&self, lease: &Lease, refund_attempt: bool) -> Result<(), StoreError> {
+        let (_turn, mut tx) = self.begin_write().await?;
+        let changed = sqlx::query(sql::EVENT_RELEASE)
+            .bind(lease.event_seq)
+            .bind(lease.token)
+            .bind(format_time(Utc::now()))
+            .bind(refund_attempt)
+            .execute(&mut *tx)
+            .await?
+            .rows_affected();
+        tx.commit().await?;
+        if changed > 0 {
+            self.wake_workers();
+        }
+        lease_kept(changed, lease)
+    }
+
+    async fn event_park(&self, lease: &Lease, reason: &str) -> Result<(), StoreError> {
+        let (_turn, mut tx) = self.begin_write().await?;
+        let changed = sqlx::query(sql::EVENT_PARK)
+            .bind(lease.event_seq)
+            .bind(lease.token)
+            .bind(reason)
+            .bind(format_time(Utc::now()))
+            .execute(&mut *tx)
+            .await?
+            .rows_affected();
+        tx.commit().await?;
+        lease_kept(changed, lease)
+    }
+
+    async fn event_next_due(&self) -> Result<Option<Duration>, StoreError> {
+        let due: Option<String> = sqlx::query_scalar(sql::EVENT_NEXT_DUE)
+            .fetch_optional(&self.pool)
+            .await?;
+        Ok(match due {
+            Some(text) => Some(
+                (parse_time(&text)? - Utc::now())
+                    .to_std()
+                    .unwrap_or(Duration::ZERO),
+            ),
+            None => None,
+        })
+    }
+
+    async fn event_count_active(&self) -> Result<i64, StoreError> {
+        Ok(sqlx::query_scalar(sql::EVENT_COUNT_ACTIVE)
+            .fetch_one(&self.pool)
+            .await?)
+    }
+
+    async fn event_get(&self, event_seq: i64) -> Result<Option<EventRecord>, StoreError> {
+        sqlx::query(sql::EVENT_GET)
+            .bind(event_seq)
+            .fetch_optional(&self.pool)
+            .await?
+            .as_ref()
+            .map(record_from_row)
+            .transpose()
+    }
+
+    async fn event_find(
+        &self,
+        source: &str,
+        dedup_key: &str,
+    ) -> Result<Option<EventRecord>, StoreError> {
+        sqlx::query(sql::EVENT_FIND)
+            .bind(source)
+            .bind(dedup_key)
+            .fetch_optional(&self.pool)
+            .await?
+            .as_ref()
+            .map(record_from_row)
+            .transpose()
+    }
+
+    async fn step_outputs(
+        &self,
+        event_seq: i64,
+    ) -> Result<Vec<(i32, serde_json::Value)>, StoreError> {
+        let rows: Vec<(i32, Option<String>)> = sqlx::query_as(sql::STEP_OUTPUTS)
+            .bind(event_seq)
+            .fetch_all(&self.pool)
+            .await?;
+        rows.into_iter()
+            .map(|(position, output)| {
+                let value = match output {
+                    Some(text) => serde_json::from_str(&text)
+                        .map_err(|e| StoreError::Corrupt(format!("step output: {e}")))?,
+                    None => serde_json::Value::Null,
+                };
+                Ok((position, value))
+            })
+            .collect()
+    }
+
+    async fn step_transaction_begin(&self) -> Result<StepTransaction, StoreError> {
+        let (turn, transaction) = self.begin_write().await?;
+        Ok(StepTransaction::sqlite_from(transaction, turn))
+    }
+
+    async fn step_mark_done(
+        &self,
+        mark: &MarkDone<'_>,
+        transaction: Option<StepTransaction>,
+    ) -> Result<(), StoreError> {
+        let (transaction, turn) = match transaction.map(StepTransaction::into_inner) {
+            Some(Inner::Sqlite {
+                transaction,
+                _write_turn,
+            }) => (transaction, _write_turn),
+            Some(Inner::Postgres(_)) => {
+                return Err(StoreError::Corrupt(
+                    "a PostgreSQL transaction was handed to the SQLite store".into(),
+                ))
+            }
+            None => {
+                let (turn, transaction) = self.begin_write().await?;
+                (transaction, turn)
+            }
+        };
+        let mut transaction = transaction;
+        let applied = Self::mark_done_on(&mut transaction, mark).await?;
+        if !applied {
+            // Rolls back the step's own writes too, if it was transactional.
+            transaction.rollback().await?;
+            drop(turn);
+            return self.confirm_mark(&mark.lease, mark.position, "done").await;
+        }
+        transaction.commit().await?;
+        drop(turn);
+        Ok(())
+    }
+
+    async fn step_mark_failed(&self, mark: &MarkFailed<'_>) -> Result<(), StoreError> {
+        let (dead, retry_at) = match mark.then {
+            AfterFailure::RetryIn(delay) => (false, after(delay)),
+            AfterFailure::Dead => (true, Utc::now()),
+        };
+        let now = format_time(Utc::now());
+        let (turn, mut tx) = self.begin_write().await?;
+        let changed = sqlx::query(sql::EVENT_FAIL)
+            .bind(mark.lease.event_seq)
+            .bind(mark.lease.token)
+            .bind(mark.position)
+            .bind(&now)
+            .bind(dead)
+            .bind(format_time(retry_at))
+            .bind(mark.error)
+            .bind(mark.attempt)
+            .execute(&mut *tx)
+            .await?
+            .rows_affected();
+        let state = if dead { "dead" } else { "failed" };
+        if changed == 0 {
+            tx.rollback().await?;
+            drop(turn);
+            return self.confirm_mark(&mark.lease, mark.position, state).await;
+        }
+        sqlx::query(sql::STEP_UPSERT_FAILED)
+            .bind(mark.lease.event_seq)
+            .bind(mark.position)
+            .bind(mark.step)
+            .bind(state)
+            .bind(mark.attempt)
+            .bind(mark.lease.token)
+            .bind(format_time(mark.started_at))
+            .bind(format_time(mark.finished_at))
+            .bind(mark.error)
+            .execute(&mut *tx)
+            .await?;
+        tx.commit().await?;
+        Ok(())
+    }
+
+    async fn step_status(&self, event_seq: i64) -> Result<Vec<StepStatus>, StoreError> {
+        sqlx::query(sql::STEP_STATUS)
+            .bind(event_seq)
+            .fetch_all(&self.pool)
+            .await?
+            .iter()
+            .map(status_from_row)
+            .collect()
+    }
+
+    async fn wakeups(&self) -> Result<Wakeups, StoreError> {
+        Ok(Wakeups::local(self.accepted.subscribe()))
+    }
+}

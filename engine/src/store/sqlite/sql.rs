@@ -1,0 +1,156 @@
+//! The SQLite store's statements. SQLite has no data-modifying CTEs, so a
+//! transition is an event update (filtering on state and fencing token) and, if
+//! it changed a row, a step upsert, in one `BEGIN IMMEDIATE` transaction.
+
+/// Insert unless the dedup key exists; the unique index is the judge.
+pub const EVENT_INSERT: &str = "
+    INSERT INTO tickmark_events
+        (source, dedup_key, kind, payload, plan, state, step_count, due_at, received_at)
+    VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)
+    ON CONFLICT (source, dedup_key) DO NOTHING
+    RETURNING id";
+
+/// Whether anything is due, read without the write lock.
+pub const EVENT_ANY_DUE: &str = "
+    SELECT id FROM tickmark_events
+    WHERE state IN ('pending', 'running') AND due_at <= ?1
+    ORDER BY due_at, id
+    LIMIT 1";
+
+/// The due events, walking `tickmark_events_due` in order (inside the write
+/// transaction, so no other writer can claim them in between).
+pub const EVENT_DUE: &str = "
+    SELECT id, state FROM tickmark_events
+    WHERE state IN ('pending', 'running') AND due_at <= ?1
+    ORDER BY due_at, id
+    LIMIT ?2";
+
+/// Lease the chosen events with new fencing tokens; a running row here had an
+/// expired lease, so this claim takes it over.
+pub const EVENT_CLAIM: &str = "
+    UPDATE tickmark_events
+    SET state = 'running',
+        lease_owner = ?1,
+        lease_token = lease_token + 1,
+        due_at = ?2,
+        attempt = attempt + 1,
+        step_started_at = ?3,
+        takeovers = takeovers + (state = 'running'),
+        last_error = CASE WHEN state = 'running'
+            THEN 'interrupted: the lease of ' || coalesce(lease_owner, 'a worker')
+                 || ' expired before step ' || next_step
+                 || ' was marked; re-running it with the same idempotency key'
+            ELSE last_error END
+    WHERE id IN (SELECT value FROM json_each(?4))
+    RETURNING id, source, dedup_key, kind, payload, received_at, plan, next_step, attempt,
+              lease_token";
+
+/// Extend every lease still held under its token; an expired lease is not revived.
+pub const EVENT_HEARTBEAT_MANY: &str = "
+    UPDATE tickmark_events
+    SET due_at = ?1
+    WHERE state = 'running' AND due_at > ?2
+      AND (id, lease_token) IN (
+          SELECT json_extract(value, '$[0]'), json_extract(value, '$[1]') FROM json_each(?3))
+    RETURNING id";
+
+/// Hand a leased event back at once (refunding the attempt when ?4: the step
+/// never started).
+pub const EVENT_RELEASE: &str = "
+    UPDATE tickmark_events
+    SET state = 'pending', due_at = ?3,
+        attempt = CASE WHEN ?4 THEN max(attempt - 1, 0) ELSE attempt END
+    WHERE id = ?1 AND lease_token = ?2 AND state = 'running'";
+
+/// Park a leased event whose plan this build cannot run.
+pub const EVENT_PARK: &str = "
+    UPDATE tickmark_events
+    SET state = 'parked', last_error = ?3, finished_at = ?4, attempt = max(attempt - 1, 0)
+    WHERE id = ?1 AND lease_token = ?2 AND state = 'running'";
+
+/// The earliest active row's due time: the first entry of the index.
+pub const EVENT_NEXT_DUE: &str = "
+    SELECT due_at FROM tickmark_events
+    WHERE state IN ('pending', 'running')
+    ORDER BY due_at, id
+    LIMIT 1";
+
+/// Pending or running events.
+pub const EVENT_COUNT_ACTIVE: &str =
+    "SELECT count(*) FROM tickmark_events WHERE state IN ('pending', 'running')";
+
+/// One event by row number.
+pub const EVENT_GET: &str = "
+    SELECT id, source, dedup_key, kind, payload, received_at, state, step_count, next_step,
+           attempt, due_at, lease_owner, lease_token, takeovers, last_error, finished_at
+    FROM tickmark_events WHERE id = ?1";
+
+/// One event by dedup key.
+pub const EVENT_FIND: &str = "
+    SELECT id, source, dedup_key, kind, payload, received_at, state, step_count, next_step,
+           attempt, due_at, lease_owner, lease_token, takeovers, last_error, finished_at
+    FROM tickmark_events WHERE source = ?1 AND dedup_key = ?2";
+
+/// Outputs of the done steps, for resuming.
+pub const STEP_OUTPUTS: &str = "
+    SELECT position, output FROM tickmark_steps
+    WHERE event_id = ?1 AND state IN ('done', 'skipped')
+    ORDER BY position";
+
+/// Advance the event past step ?3 under lease (?1, ?2); the last step's mark
+/// finishes the event. Filters on state, token, position and an unexpired lease.
+pub const EVENT_ADVANCE: &str = "
+    UPDATE tickmark_events
+    SET next_step = next_step + 1,
+        state = CASE WHEN next_step + 1 >= step_count THEN 'done' ELSE 'running' END,
+        attempt = CASE WHEN next_step + 1 >= step_count THEN attempt ELSE 1 END,
+        finished_at = CASE WHEN next_step + 1 >= step_count THEN ?4 END,
+        step_started_at = ?4,
+        last_error = NULL
+    WHERE id = ?1 AND lease_token = ?2 AND state = 'running' AND next_step = ?3
+      AND due_at > ?4";
+
+/// Record step ?2 done with its output.
+pub const STEP_UPSERT_DONE: &str = "
+    INSERT INTO tickmark_steps
+        (event_id, position, name, state, attempts, lease_token, started_at, finished_at, output)
+    VALUES (?1, ?2, ?3, 'done', ?4, ?5, ?6, ?7, ?8)
+    ON CONFLICT (event_id, position) DO UPDATE
+    SET state = 'done', attempts = excluded.attempts, lease_token = excluded.lease_token,
+        started_at = excluded.started_at, finished_at = excluded.finished_at,
+        output = excluded.output, last_error = NULL";
+
+/// A failed attempt under lease (?1, ?2): dead-letter when ?5, else schedule
+/// the retry at ?6.
+pub const EVENT_FAIL: &str = "
+    UPDATE tickmark_events
+    SET state = CASE WHEN ?5 THEN 'dead' ELSE 'pending' END,
+        due_at = ?6,
+        last_error = ?7,
+        attempt = ?8,
+        finished_at = CASE WHEN ?5 THEN ?4 END
+    WHERE id = ?1 AND lease_token = ?2 AND state = 'running' AND next_step = ?3
+      AND due_at > ?4";
+
+/// Record the failed attempt of step ?2.
+pub const STEP_UPSERT_FAILED: &str = "
+    INSERT INTO tickmark_steps
+        (event_id, position, name, state, attempts, lease_token, started_at, finished_at, last_error)
+    VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)
+    ON CONFLICT (event_id, position) DO UPDATE
+    SET state = excluded.state, attempts = excluded.attempts, lease_token = excluded.lease_token,
+        started_at = excluded.started_at, finished_at = excluded.finished_at,
+        last_error = excluded.last_error";
+
+/// Whether a mark that changed nothing had been applied under this token.
+pub const STEP_MARK_CONFIRM: &str = "
+    SELECT 1 FROM tickmark_steps
+    WHERE event_id = ?1 AND position = ?2 AND lease_token = ?3 AND state = ?4";
+
+/// The step-status table of one event.
+pub const STEP_STATUS: &str = "
+    SELECT position, step, idempotency_key, state, attempts, started_at, finished_at, retry_at,
+           lease_until, worker, last_error, output
+    FROM tickmark_step_status
+    WHERE event_seq = ?1
+    ORDER BY position";

@@ -1,0 +1,87 @@
+//! The engine's own database transaction, lent to a transactional step so that
+//! its writes commit together with its mark.
+
+use sqlx::{PgConnection, Postgres, Sqlite, SqliteConnection, Transaction};
+use tokio::sync::OwnedMutexGuard;
+
+use super::Backend;
+
+/// An open transaction on the engine's database. A transactional step writes
+/// through it; the engine then marks the step done in it and commits. If the
+/// mark is refused (the lease was lost) or the step fails, everything rolls back.
+///
+/// ```no_run
+/// # use tickmark::{StepContext, StepResult};
+/// # async fn run(ctx: &mut StepContext<'_>) -> StepResult {
+/// let customer = ctx.event().payload["customer"].as_str().unwrap_or_default().to_owned();
+/// let tx = ctx.transaction()?;
+/// let sql = "INSERT INTO credits (customer) VALUES ($1)";
+/// if let Some(conn) = tx.postgres() {
+///     sqlx::query(sql).bind(&customer).execute(conn).await?;
+/// } else if let Some(conn) = tx.sqlite() {
+///     sqlx::query(sql).bind(&customer).execute(conn).await?;
+/// }
+/// # Ok(serde_json::Value::Null) }
+/// ```
+#[derive(Debug)]
+pub struct StepTransaction {
+    inner: Inner,
+}
+
+#[derive(Debug)]
+pub(crate) enum Inner {
+    Postgres(Transaction<'static, Postgres>),
+    Sqlite {
+        transaction: Transaction<'static, Sqlite>,
+        // Held until commit or rollback: this process's writers take turns.
+        _write_turn: OwnedMutexGuard<()>,
+    },
+}
+
+impl StepTransaction {
+    pub(crate) fn postgres_from(transaction: Transaction<'static, Postgres>) -> Self {
+        Self {
+            inner: Inner::Postgres(transaction),
+        }
+    }
+
+    pub(crate) fn sqlite_from(
+        transaction: Transaction<'static, Sqlite>,
+        write_turn: OwnedMutexGuard<()>,
+    ) -> Self {
+        Self {
+            inner: Inner::Sqlite {
+                transaction,
+                _write_turn: write_turn,
+            },
+        }
+    }
+
+    pub(crate) fn into_inner(self) -> Inner {
+        self.inner
+    }
+
+    /// Which database the transaction is on.
+    pub fn backend(&self) -> Backend {
+        match self.inner {
+            Inner::Postgres(_) => Backend::Postgres,
+            Inner::Sqlite { .. } => Backend::Sqlite,
+        }
+    }
+
+    /// The connection, if the engine runs on PostgreSQL.
+    pub fn postgres(&mut self) -> Option<&mut PgConnection> {
+        match &mut self.inner {
+            Inner::Postgres(transaction) => Some(&mut **transaction),
+            Inner::Sqlite { .. } => None,
+        }
+    }
+
+    /// The connection, if the engine runs on SQLite.
+    pub fn sqlite(&mut self) -> Option<&mut SqliteConnection> {
+        match &mut self.inner {
+            Inner::Sqlite { transaction, .. } => Some(&mut **transaction),
+            Inner::Postgres(_) => None,
+        }
+    }
+}

@@ -1,0 +1,1 @@
+//! Ready-made steps for tickmark.

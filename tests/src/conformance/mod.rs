@@ -1,0 +1,75 @@
+//! The store conformance suite: every case runs against SQLite and PostgreSQL
+//! (`tests/tests/conformance.rs` instantiates it once per backend with
+//! [`conformance_suite!`](crate::conformance_suite)).
+
+pub mod fencing;
+pub mod inbox;
+pub mod retries;
+pub mod running;
+pub mod shutdown;
+
+use std::time::Duration;
+
+use tickmark::{Engine, Handlers, WorkerConfig};
+
+use crate::TestDb;
+
+/// An engine on `db` with `handlers` and the probe registered.
+pub fn engine(db: &TestDb, handlers: Handlers) -> Engine {
+    Engine::new(db.store.clone(), handlers)
+        .expect("valid handlers")
+        .with_resource(db.probe.clone())
+}
+
+/// A worker configuration for tests: short lease, quick polling.
+pub fn quick_worker(name: &str) -> WorkerConfig {
+    WorkerConfig::default()
+        .with_name(name)
+        .with_lease(Duration::from_secs(2))
+        .with_poll_every(Duration::from_millis(200))
+        .with_grace(Duration::from_secs(1))
+        .with_concurrency(4)
+}
+
+/// Expand to one `#[tokio::test]` per conformance case, each on a fresh
+/// database of `$backend` (a `tickmark::Backend`).
+#[macro_export]
+macro_rules! conformance_suite {
+    ($backend:expr) => {
+        $crate::conformance_suite!(@cases $backend;
+            inbox::concurrent_duplicate_accepts_yield_one_new,
+            inbox::a_duplicate_delivery_never_reruns_a_step,
+            inbox::events_without_an_id_are_deduplicated_by_body_hash,
+            inbox::an_event_without_handler_is_recorded_as_ignored,
+            inbox::a_delayed_event_is_not_claimed_before_its_time,
+            running::steps_run_in_order_with_keys_and_earlier_outputs,
+            running::the_step_status_view_is_readable_with_plain_sql,
+            running::a_transactional_steps_effect_commits_with_its_mark,
+            running::a_crash_after_a_mark_resumes_at_the_first_unfinished_step,
+            running::an_interrupted_step_is_shown_then_rerun_with_the_same_key,
+            running::an_accepted_event_wakes_an_idle_worker_without_polling,
+            running::a_claim_leases_many_events_at_once,
+            fencing::a_taken_over_lease_can_neither_mark_nor_heartbeat,
+            fencing::an_expired_lease_cannot_mark_even_before_a_takeover,
+            fencing::a_refused_transactional_mark_rolls_back_the_steps_writes,
+            fencing::a_worker_that_loses_its_lease_stops_its_step,
+            retries::a_failed_step_is_retried_on_a_stored_schedule_that_survives_a_restart,
+            retries::the_event_is_dead_lettered_after_the_last_attempt,
+            retries::a_terminal_failure_dead_letters_at_once,
+            retries::a_step_that_kills_its_worker_every_time_is_dead_lettered,
+            retries::a_panicking_step_is_a_retryable_failure,
+            retries::an_unknown_step_type_parks_the_event,
+            shutdown::shutdown_lets_a_running_step_finish_then_releases_the_event,
+            shutdown::shutdown_past_the_grace_period_cancels_and_releases,
+        );
+    };
+    (@cases $backend:expr; $($module:ident :: $case:ident),+ $(,)?) => {
+        $(
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn $case() {
+                let Some(db) = $crate::TestDb::new($backend).await else { return };
+                $crate::conformance::$module::$case(db).await;
+            }
+        )+
+    };
+}

@@ -1,0 +1,146 @@
+//! A fresh database for each test: a SQLite file in a temp dir, or a new
+//! PostgreSQL schema (dropped afterwards) in the shared test database.
+
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::Arc;
+
+use sqlx::Connection;
+use tickmark::store::postgres::{PostgresOptions, PostgresStore};
+use tickmark::store::sqlite::SqliteStore;
+use tickmark::{Backend, Store};
+
+use crate::probe::Probe;
+
+/// Where the PostgreSQL tests connect when `DATABASE_URL` is not set.
+pub const DEFAULT_POSTGRES_URL: &str = "postgres://postgres@127.0.0.1:5432/test";
+
+static NEXT: AtomicU32 = AtomicU32::new(0);
+
+/// One test's database.
+pub struct TestDb {
+    /// The URL a worker process would use to reach exactly this database.
+    pub url: String,
+    /// The engine's store on it.
+    pub store: Arc<dyn Store>,
+    /// The probe (test tables and raw SQL) on it.
+    pub probe: Probe,
+    cleanup: Cleanup,
+}
+
+enum Cleanup {
+    Sqlite(#[allow(dead_code)] tempfile::TempDir),
+    Postgres { admin_url: String, schema: String },
+}
+
+impl TestDb {
+    /// A new database on `backend`, or `None` when PostgreSQL tests are skipped.
+    pub async fn new(backend: Backend) -> Option<TestDb> {
+        init_tracing();
+        match backend {
+            Backend::Sqlite => Some(Self::sqlite().await),
+            Backend::Postgres => Self::postgres().await,
+        }
+    }
+
+    /// A new SQLite file.
+    pub async fn sqlite() -> TestDb {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let url = format!("sqlite://{}", dir.path().join("tickmark.db").display());
+        let store = SqliteStore::connect(&url).await.expect("open SQLite");
+        let probe = Probe::connect(&url).await;
+        TestDb {
+            url,
+            store: Arc::new(store),
+            probe,
+            cleanup: Cleanup::Sqlite(dir),
+        }
+    }
+
+    /// A new schema in the PostgreSQL test database, or `None` when skipped.
+    pub async fn postgres() -> Option<TestDb> {
+        let admin_url = postgres_url()?;
+        let schema = format!(
+            "tm_{}_{}_{:04x}",
+            std::process::id(),
+            NEXT.fetch_add(1, Ordering::Relaxed),
+            rand::random::<u16>()
+        );
+        let mut admin = sqlx::PgConnection::connect(&admin_url)
+            .await
+            .unwrap_or_else(|e| panic!("PostgreSQL at {admin_url} is unreachable: {e}"));
+        sqlx::query(&format!("CREATE SCHEMA {schema}"))
+            .execute(&mut admin)
+            .await
+            .expect("create test schema");
+        let _ = admin.close().await;
+        let separator = if admin_url.contains('?') { '&' } else { '?' };
+        let url = format!("{admin_url}{separator}options[search_path]={schema}");
+        let options = PostgresOptions {
+            max_connections: 8,
+            ..PostgresOptions::default()
+        };
+        let store = PostgresStore::connect_with(&url, options)
+            .await
+            .expect("open PostgreSQL store");
+        let probe = Probe::connect(&url).await;
+        Some(TestDb {
+            url,
+            store: Arc::new(store),
+            probe,
+            cleanup: Cleanup::Postgres { admin_url, schema },
+        })
+    }
+
+    /// Which backend this is.
+    pub fn backend(&self) -> Backend {
+        self.store.backend()
+    }
+}
+
+impl Drop for TestDb {
+    fn drop(&mut self) {
+        if let Cleanup::Postgres { admin_url, schema } = &self.cleanup {
+            let (admin_url, schema) = (admin_url.clone(), schema.clone());
+            // Drop runs outside any runtime we may block, so use a thread of its own.
+            let _ = std::thread::spawn(move || {
+                let runtime = tokio::runtime::Builder::new_current_thread()
+                    .enable_all()
+                    .build()
+                    .expect("runtime");
+                runtime.block_on(async {
+                    if let Ok(mut admin) = sqlx::PgConnection::connect(&admin_url).await {
+                        let _ = sqlx::query(&format!("DROP SCHEMA IF EXISTS {schema} CASCADE"))
+                            .execute(&mut admin)
+                            .await;
+                        let _ = admin.close().await;
+                    }
+                });
+            })
+            .join();
+        }
+    }
+}
+
+/// The PostgreSQL URL for tests, or `None` when they are skipped on purpose.
+pub fn postgres_url() -> Option<String> {
+    let skip = std::env::var("TICKMARK_SKIP_POSTGRES").is_ok_and(|v| v == "1");
+    let ci = std::env::var("CI").is_ok_and(|v| v == "true");
+    if skip && ci {
+        panic!("TICKMARK_SKIP_POSTGRES=1 is refused when CI=true: CI must test PostgreSQL");
+    }
+    if skip {
+        eprintln!("skipping a PostgreSQL test (TICKMARK_SKIP_POSTGRES=1)");
+        return None;
+    }
+    Some(std::env::var("DATABASE_URL").unwrap_or_else(|_| DEFAULT_POSTGRES_URL.to_owned()))
+}
+
+/// Log to the test's captured output; `RUST_LOG` picks the level (default warn).
+pub fn init_tracing() {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_test_writer()
+        .try_init();
+}

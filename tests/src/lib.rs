@@ -1,0 +1,17 @@
+//! Test support for tickmark: a fresh database per test (a SQLite file, or a
+//! PostgreSQL schema), a probe that records what steps did, the steps the
+//! tests run, and the shared store conformance suite.
+//!
+//! PostgreSQL tests read `DATABASE_URL` (default
+//! `postgres://postgres@127.0.0.1:5432/test`). They fail when it is
+//! unreachable; `TICKMARK_SKIP_POSTGRES=1` skips them instead, except when
+//! `CI=true`.
+
+pub mod conformance;
+pub mod db;
+pub mod probe;
+pub mod test_steps;
+pub mod wait;
+
+pub use db::TestDb;
+pub use probe::Probe;

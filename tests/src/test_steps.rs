@@ -1,0 +1,157 @@
+//! The steps the tests run. Each records its runs through the [`Probe`]
+//! resource, committed at once like an external call, so a test can count how
+//! often a step really ran, independently of what the engine marked.
+
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+use tickmark::{Step, StepContext, StepError, StepResult};
+
+use crate::probe::Probe;
+
+async fn record(ctx: &StepContext<'_>) -> Result<(), StepError> {
+    let probe = ctx.resource::<Probe>()?;
+    probe
+        .record_run(&ctx.event().id, ctx.step_name(), ctx.attempt())
+        .await?;
+    Ok(())
+}
+
+/// Records its run, optionally pauses (cancellably), and outputs what it saw.
+#[derive(Debug, Default, Serialize, Deserialize)]
+pub struct Record {
+    /// Pause this long on every attempt.
+    #[serde(default)]
+    pub pause_ms: u64,
+    /// Pause this long on the first attempt only (a step that a crash interrupts).
+    #[serde(default)]
+    pub first_attempt_pause_ms: u64,
+}
+
+#[typetag::serde(name = "test_record")]
+#[async_trait::async_trait]
+impl Step for Record {
+    async fn run(&self, ctx: &mut StepContext<'_>) -> StepResult {
+        record(ctx).await?;
+        let pause = self.pause_ms
+            + if ctx.attempt() == 1 {
+                self.first_attempt_pause_ms
+            } else {
+                0
+            };
+        if pause > 0 {
+            tokio::select! {
+                _ = tokio::time::sleep(Duration::from_millis(pause)) => {}
+                _ = ctx.cancellation().cancelled() => {
+                    return Err(StepError::retryable("cancelled"));
+                }
+            }
+        }
+        let seen: Vec<&str> = ["first", "second", "third"]
+            .into_iter()
+            .filter(|name| ctx.output(name).is_some())
+            .collect();
+        Ok(serde_json::json!({
+            "step": ctx.step_name(),
+            "attempt": ctx.attempt(),
+            "key": ctx.idempotency_key(),
+            "seen": seen,
+        }))
+    }
+}
+
+/// Adds a ledger row in the engine's transaction: an exactly-once effect.
+/// Transactional steps must not write through other connections: on SQLite
+/// they hold the file's write lock.
+#[derive(Debug, Serialize, Deserialize)]
+pub struct Credit {
+    /// The amount credited.
+    pub amount: i64,
+}
+
+#[typetag::serde(name = "test_credit")]
+#[async_trait::async_trait]
+impl Step for Credit {
+    fn transactional(&self) -> bool {
+        true
+    }
+
+    async fn run(&self, ctx: &mut StepContext<'_>) -> StepResult {
+        // No probe record here: on SQLite this step holds the write lock, so
+        // its runs are counted by its ledger rows, which commit with its mark.
+        let event_id = ctx.event().id.clone();
+        let tx = ctx.transaction()?;
+        if let Some(conn) = tx.postgres() {
+            sqlx::query("INSERT INTO test_ledger (event_id, amount) VALUES ($1, $2)")
+                .bind(&event_id)
+                .bind(self.amount)
+                .execute(conn)
+                .await?;
+        } else if let Some(conn) = tx.sqlite() {
+            sqlx::query("INSERT INTO test_ledger (event_id, amount) VALUES (?1, ?2)")
+                .bind(&event_id)
+                .bind(self.amount)
+                .execute(conn)
+                .await?;
+        }
+        Ok(serde_json::json!({ "credited": self.amount }))
+    }
+}
+
+/// Fails its first `fail_first` attempts (retryably, or terminally).
+#[derive(Debug, Serialize, Deserialize)]
+pub struct Flaky {
+    /// Attempts that fail.
+    pub fail_first: u32,
+    /// Whether the failure is terminal.
+    #[serde(default)]
+    pub terminal: bool,
+}
+
+#[typetag::serde(name = "test_flaky")]
+#[async_trait::async_trait]
+impl Step for Flaky {
+    async fn run(&self, ctx: &mut StepContext<'_>) -> StepResult {
+        record(ctx).await?;
+        if ctx.attempt() <= self.fail_first {
+            let message = format!("planned failure {} of {}", ctx.attempt(), self.fail_first);
+            return Err(if self.terminal {
+                StepError::terminal(message)
+            } else {
+                StepError::retryable(message)
+            });
+        }
+        Ok(serde_json::json!({ "succeeded_on": ctx.attempt() }))
+    }
+}
+
+/// Panics on its first attempt.
+#[derive(Debug, Serialize, Deserialize)]
+pub struct PanicOnce;
+
+#[typetag::serde(name = "test_panic_once")]
+#[async_trait::async_trait]
+impl Step for PanicOnce {
+    async fn run(&self, ctx: &mut StepContext<'_>) -> StepResult {
+        record(ctx).await?;
+        if ctx.attempt() == 1 {
+            panic!("a bug in a step");
+        }
+        Ok(serde_json::Value::Null)
+    }
+}
+
+/// Waits until its event is cancelled, then returns success (which the
+/// engine must not mark: the lease is gone).
+#[derive(Debug, Serialize, Deserialize)]
+pub struct WaitForCancel;
+
+#[typetag::serde(name = "test_wait_for_cancel")]
+#[async_trait::async_trait]
+impl Step for WaitForCancel {
+    async fn run(&self, ctx: &mut StepContext<'_>) -> StepResult {
+        record(ctx).await?;
+        ctx.cancellation().cancelled().await;
+        Ok(serde_json::json!({ "cancelled": true }))
+    }
+}
