@@ -177,9 +177,14 @@ impl Worker {
         let shutdown = CancellationToken::new();
         let running = tokio::spawn(self.run(shutdown.clone()));
         loop {
+            // Only an empty worker can be idle; ask the database only then.
             let in_flight = stats.borrow_and_update().in_flight;
             if in_flight == 0 && store.event_count_active().await? == 0 {
                 break;
+            }
+            if in_flight > 0 {
+                let _ = stats.wait_for(|s| s.in_flight == 0).await;
+                continue;
             }
             tokio::select! {
                 _ = stats.changed() => {}

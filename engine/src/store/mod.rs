@@ -5,6 +5,7 @@
 //! fencing token; zero rows changed is [`StoreError::LeaseLost`], never ignored.
 //! The shared conformance suite in `tests/` runs against both backends.
 
+mod decode;
 mod error;
 pub mod postgres;
 mod records;

@@ -4,12 +4,11 @@
 use std::time::Duration;
 
 use chrono::Utc;
-use serde_json::json;
 use tickmark::store::{AfterFailure, ClaimParams, ClaimedEvent, MarkDone, MarkFailed};
-use tickmark::{EventState, Handler, Handlers, NewEvent, StoreError};
+use tickmark::{EventState, Handler, Handlers, StoreError};
 use tokio_util::sync::CancellationToken;
 
-use super::{engine, quick_worker};
+use super::{engine, order_paid, quick_worker};
 use crate::test_steps::{Record, WaitForCancel};
 use crate::{wait, TestDb};
 
@@ -61,15 +60,7 @@ fn assert_lease_lost<T: std::fmt::Debug>(result: Result<T, StoreError>, what: &s
 /// and parks are all refused; the new worker's are accepted.
 pub async fn a_taken_over_lease_can_neither_mark_nor_heartbeat(db: TestDb) {
     let engine = engine(&db, handlers());
-    engine
-        .accept(NewEvent::with_id(
-            "shop",
-            "evt_fence",
-            "order.paid",
-            json!({}),
-        ))
-        .await
-        .unwrap();
+    order_paid(&engine, "evt_fence").await;
     let old = claim_one(&db, "old").await;
     db.probe.expire_lease(old.lease.event_seq).await;
     let new = claim_one(&db, "new").await;
@@ -139,15 +130,7 @@ pub async fn a_taken_over_lease_can_neither_mark_nor_heartbeat(db: TestDb) {
 /// heartbeat, and a late mark is refused.
 pub async fn an_expired_lease_cannot_mark_even_before_a_takeover(db: TestDb) {
     let engine = engine(&db, handlers());
-    engine
-        .accept(NewEvent::with_id(
-            "shop",
-            "evt_late",
-            "order.paid",
-            json!({}),
-        ))
-        .await
-        .unwrap();
+    order_paid(&engine, "evt_late").await;
     let slow = claim_one(&db, "slow").await;
     db.probe.expire_lease(slow.lease.event_seq).await;
     let renewed = db
@@ -173,15 +156,7 @@ pub async fn an_expired_lease_cannot_mark_even_before_a_takeover(db: TestDb) {
 /// the step's own writes roll back with it.
 pub async fn a_refused_transactional_mark_rolls_back_the_steps_writes(db: TestDb) {
     let engine = engine(&db, handlers());
-    engine
-        .accept(NewEvent::with_id(
-            "shop",
-            "evt_rollback",
-            "order.paid",
-            json!({}),
-        ))
-        .await
-        .unwrap();
+    order_paid(&engine, "evt_rollback").await;
     let claimed = claim_one(&db, "doomed").await;
     db.probe.expire_lease(claimed.lease.event_seq).await;
 
@@ -215,15 +190,7 @@ pub async fn a_worker_that_loses_its_lease_stops_its_step(db: TestDb) {
         Handler::new().named_step("first", WaitForCancel),
     );
     let engine = engine(&db, handlers);
-    engine
-        .accept(NewEvent::with_id(
-            "shop",
-            "evt_zombie",
-            "order.paid",
-            json!({}),
-        ))
-        .await
-        .unwrap();
+    order_paid(&engine, "evt_zombie").await;
     let worker = engine.worker(quick_worker("zombie"));
     let mut stats = worker.stats();
     let shutdown = CancellationToken::new();

@@ -21,6 +21,19 @@ pub fn engine(db: &TestDb, handlers: Handlers) -> Engine {
         .with_resource(db.probe.clone())
 }
 
+/// Accept an empty `order.paid` event from `shop` with this id.
+pub async fn order_paid(engine: &Engine, id: &str) -> tickmark::Accepted {
+    engine
+        .accept(tickmark::NewEvent::with_id(
+            "shop",
+            id,
+            "order.paid",
+            serde_json::json!({}),
+        ))
+        .await
+        .expect("accept")
+}
+
 /// A worker configuration for tests: short lease, quick polling.
 pub fn quick_worker(name: &str) -> WorkerConfig {
     WorkerConfig::default()
@@ -49,6 +62,7 @@ macro_rules! conformance_suite {
             running::an_interrupted_step_is_shown_then_rerun_with_the_same_key,
             running::an_accepted_event_wakes_an_idle_worker_without_polling,
             running::a_claim_leases_many_events_at_once,
+            running::a_step_longer_than_its_lease_keeps_it_by_heartbeat,
             fencing::a_taken_over_lease_can_neither_mark_nor_heartbeat,
             fencing::an_expired_lease_cannot_mark_even_before_a_takeover,
             fencing::a_refused_transactional_mark_rolls_back_the_steps_writes,

@@ -3,12 +3,11 @@
 use std::time::Duration;
 
 use chrono::Utc;
-use serde_json::json;
 use tickmark::store::{ClaimParams, EventInsert};
-use tickmark::{EventState, Handler, Handlers, NewEvent, RetryPolicy, StepState};
+use tickmark::{EventState, Handler, Handlers, RetryPolicy, StepState};
 use tokio_util::sync::CancellationToken;
 
-use super::{engine, quick_worker};
+use super::{engine, order_paid, quick_worker};
 use crate::test_steps::{Flaky, PanicOnce, Record};
 use crate::TestDb;
 
@@ -45,15 +44,7 @@ pub async fn a_failed_step_is_retried_on_a_stored_schedule_that_survives_a_resta
             policy,
         ),
     );
-    engine
-        .accept(NewEvent::with_id(
-            "shop",
-            "evt_retry",
-            "order.paid",
-            json!({}),
-        ))
-        .await
-        .unwrap();
+    order_paid(&engine, "evt_retry").await;
     let worker = engine.worker(quick_worker("before-restart"));
     let mut stats = worker.stats();
     let shutdown = CancellationToken::new();
@@ -130,15 +121,7 @@ pub async fn the_event_is_dead_lettered_after_the_last_attempt(db: TestDb) {
             quick_retries(3),
         ),
     );
-    engine
-        .accept(NewEvent::with_id(
-            "shop",
-            "evt_dead",
-            "order.paid",
-            json!({}),
-        ))
-        .await
-        .unwrap();
+    order_paid(&engine, "evt_dead").await;
     let stats = engine
         .worker(quick_worker("w"))
         .run_until_idle()
@@ -179,15 +162,7 @@ pub async fn a_terminal_failure_dead_letters_at_once(db: TestDb) {
             quick_retries(5),
         ),
     );
-    engine
-        .accept(NewEvent::with_id(
-            "shop",
-            "evt_terminal",
-            "order.paid",
-            json!({}),
-        ))
-        .await
-        .unwrap();
+    order_paid(&engine, "evt_terminal").await;
     engine
         .worker(quick_worker("w"))
         .run_until_idle()
@@ -221,15 +196,7 @@ pub async fn a_step_that_kills_its_worker_every_time_is_dead_lettered(db: TestDb
             quick_retries(2),
         ),
     );
-    engine
-        .accept(NewEvent::with_id(
-            "shop",
-            "evt_poison",
-            "order.paid",
-            json!({}),
-        ))
-        .await
-        .unwrap();
+    order_paid(&engine, "evt_poison").await;
     for worker in ["crashed-1", "crashed-2"] {
         let claimed = db
             .store
@@ -276,15 +243,7 @@ pub async fn a_panicking_step_is_a_retryable_failure(db: TestDb) {
             .retry(quick_retries(3)),
     );
     let engine = engine(&db, handlers);
-    engine
-        .accept(NewEvent::with_id(
-            "shop",
-            "evt_panic",
-            "order.paid",
-            json!({}),
-        ))
-        .await
-        .unwrap();
+    order_paid(&engine, "evt_panic").await;
     let stats = engine
         .worker(quick_worker("w"))
         .run_until_idle()

@@ -9,7 +9,7 @@ use tickmark::store::{ClaimParams, MarkDone};
 use tickmark::{EventState, Handler, Handlers, NewEvent, StepState};
 use tokio_util::sync::CancellationToken;
 
-use super::{engine, quick_worker};
+use super::{engine, order_paid, quick_worker};
 use crate::test_steps::{Credit, Record};
 use crate::TestDb;
 
@@ -35,16 +35,7 @@ fn claim_params(worker: &str) -> ClaimParams<'_> {
 /// Steps run once each, in order; each has its key; later steps see earlier outputs.
 pub async fn steps_run_in_order_with_keys_and_earlier_outputs(db: TestDb) {
     let engine = engine(&db, three_steps());
-    let tickmark::Accepted::New { seq } = engine
-        .accept(NewEvent::with_id(
-            "shop",
-            "evt_order",
-            "order.paid",
-            json!({}),
-        ))
-        .await
-        .unwrap()
-    else {
+    let tickmark::Accepted::New { seq } = order_paid(&engine, "evt_order").await else {
         panic!("new")
     };
     engine
@@ -81,15 +72,7 @@ pub async fn steps_run_in_order_with_keys_and_earlier_outputs(db: TestDb) {
 /// The step-status table is a view anyone can query with plain SQL.
 pub async fn the_step_status_view_is_readable_with_plain_sql(db: TestDb) {
     let engine = engine(&db, three_steps());
-    engine
-        .accept(NewEvent::with_id(
-            "shop",
-            "evt_sql",
-            "order.paid",
-            json!({}),
-        ))
-        .await
-        .unwrap();
+    order_paid(&engine, "evt_sql").await;
     let count = |state: &'static str| {
         let probe = db.probe.clone();
         async move {
@@ -124,15 +107,7 @@ pub async fn a_transactional_steps_effect_commits_with_its_mark(db: TestDb) {
             .named_step("second", Record::default()),
     );
     let engine = engine(&db, handlers);
-    engine
-        .accept(NewEvent::with_id(
-            "shop",
-            "evt_credit",
-            "order.paid",
-            json!({}),
-        ))
-        .await
-        .unwrap();
+    order_paid(&engine, "evt_credit").await;
     engine
         .worker(quick_worker("w"))
         .run_until_idle()
@@ -159,15 +134,7 @@ pub async fn a_transactional_steps_effect_commits_with_its_mark(db: TestDb) {
 /// output reaches the later steps.
 pub async fn a_crash_after_a_mark_resumes_at_the_first_unfinished_step(db: TestDb) {
     let engine = engine(&db, three_steps());
-    engine
-        .accept(NewEvent::with_id(
-            "shop",
-            "evt_resume",
-            "order.paid",
-            json!({}),
-        ))
-        .await
-        .unwrap();
+    order_paid(&engine, "evt_resume").await;
     // A worker claims, finishes step 1 and marks it... then dies.
     let claimed = db
         .store
@@ -225,15 +192,7 @@ pub async fn a_crash_after_a_mark_resumes_at_the_first_unfinished_step(db: TestD
 /// then runs again with the same key and a counted attempt.
 pub async fn an_interrupted_step_is_shown_then_rerun_with_the_same_key(db: TestDb) {
     let engine = engine(&db, three_steps());
-    engine
-        .accept(NewEvent::with_id(
-            "shop",
-            "evt_int",
-            "order.paid",
-            json!({}),
-        ))
-        .await
-        .unwrap();
+    order_paid(&engine, "evt_int").await;
     let claimed = db
         .store
         .event_claim_many(&claim_params("doomed"))
@@ -274,15 +233,7 @@ pub async fn an_accepted_event_wakes_an_idle_worker_without_polling(db: TestDb) 
     let running = tokio::spawn(worker.run(shutdown.clone()));
     stats.wait_for(|s| s.idle_waits >= 1).await.unwrap();
 
-    engine
-        .accept(NewEvent::with_id(
-            "shop",
-            "evt_wake",
-            "order.paid",
-            json!({}),
-        ))
-        .await
-        .unwrap();
+    order_paid(&engine, "evt_wake").await;
     // (Keep no `watch::Ref` alive across an await: it would block the worker.)
     let woke = tokio::time::timeout(
         Duration::from_secs(20),
@@ -326,4 +277,33 @@ pub async fn a_claim_leases_many_events_at_once(db: TestDb) {
         .await
         .unwrap();
     assert!(again.is_empty(), "leased events are not claimable");
+}
+
+/// A step that runs far longer than the lease keeps it: the heartbeat extends
+/// it, nobody takes the event over, and the step runs once.
+pub async fn a_step_longer_than_its_lease_keeps_it_by_heartbeat(db: TestDb) {
+    let handlers = Handlers::new().on(
+        "shop",
+        "order.paid",
+        Handler::new().named_step(
+            "first",
+            Record {
+                pause_ms: 3_000,
+                ..Record::default()
+            },
+        ),
+    );
+    let engine = engine(&db, handlers);
+    order_paid(&engine, "evt_long").await;
+    let config = quick_worker("patient").with_lease(Duration::from_millis(900));
+    let stats = engine.worker(config).run_until_idle().await.unwrap();
+    assert_eq!((stats.takeovers, stats.leases_lost), (0, 0));
+    assert_eq!(db.probe.runs("evt_long", "first").await, 1);
+    let record = db
+        .store
+        .event_find("shop", "evt_long")
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!((record.state, record.takeovers), (EventState::Done, 0));
 }

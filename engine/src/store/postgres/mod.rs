@@ -11,8 +11,9 @@ use sqlx::postgres::{PgListener, PgPool, PgPoolOptions, PgRow};
 use sqlx::Row;
 
 use super::{
-    AfterFailure, Backend, ClaimParams, ClaimedEvent, EventInsert, EventRecord, InsertOutcome,
-    Lease, MarkDone, MarkFailed, StepStatus, StepTransaction, Store, StoreError, Wakeups,
+    decode, AfterFailure, Backend, ClaimParams, ClaimedEvent, EventInsert, EventRecord,
+    InsertOutcome, Lease, MarkDone, MarkFailed, StepStatus, StepTransaction, Store, StoreError,
+    Wakeups,
 };
 use crate::event::{Event, EventState};
 use crate::store::transaction::Inner;
@@ -32,7 +33,7 @@ impl Default for PostgresOptions {
     fn default() -> Self {
         Self {
             max_connections: 10,
-            acquire_timeout: Duration::from_secs(5),
+            acquire_timeout: Duration::from_secs(2),
         }
     }
 }
@@ -109,12 +110,7 @@ impl PostgresStore {
             .bind(state)
             .fetch_optional(&self.pool)
             .await?;
-        match applied {
-            Some(_) => Ok(()),
-            None => Err(StoreError::LeaseLost {
-                event_seq: lease.event_seq,
-            }),
-        }
+        decode::confirmed(applied.is_some(), lease)
     }
 }
 
@@ -134,9 +130,7 @@ fn record_from_row(row: &PgRow) -> Result<EventRecord, StoreError> {
     let state: String = row.try_get("state")?;
     Ok(EventRecord {
         event: event_from_row(row)?,
-        state: state
-            .parse()
-            .map_err(|e| StoreError::Corrupt(format!("event state: {e}")))?,
+        state: decode::state(&state, "event state")?,
         step_count: row.try_get("step_count")?,
         next_step: row.try_get("next_step")?,
         attempt: row.try_get("attempt")?,
@@ -156,9 +150,7 @@ fn status_from_row(row: &PgRow) -> Result<StepStatus, StoreError> {
         position: row.try_get("position")?,
         step: row.try_get("step")?,
         idempotency_key: row.try_get("idempotency_key")?,
-        state: state
-            .parse()
-            .map_err(|e| StoreError::Corrupt(format!("step state: {e}")))?,
+        state: decode::state(&state, "step state")?,
         attempts: row.try_get("attempts")?,
         started_at: row.try_get("started_at")?,
         finished_at: row.try_get("finished_at")?,
@@ -166,10 +158,7 @@ fn status_from_row(row: &PgRow) -> Result<StepStatus, StoreError> {
         lease_until: row.try_get("lease_until")?,
         worker: row.try_get("worker")?,
         last_error: row.try_get("last_error")?,
-        output: output
-            .map(|text| serde_json::from_str(&text))
-            .transpose()
-            .map_err(|e| StoreError::Corrupt(format!("step output: {e}")))?,
+        output: decode::json_opt(output, "step output")?,
     })
 }
 
@@ -263,7 +252,7 @@ impl Store for PostgresStore {
             .bind(refund_attempt)
             .execute(&self.pool)
             .await?;
-        lease_kept(result.rows_affected(), lease)
+        decode::lease_kept(result.rows_affected(), lease)
     }
 
     async fn event_park(&self, lease: &Lease, reason: &str) -> Result<(), StoreError> {
@@ -273,7 +262,7 @@ impl Store for PostgresStore {
             .bind(reason)
             .execute(&self.pool)
             .await?;
-        lease_kept(result.rows_affected(), lease)
+        decode::lease_kept(result.rows_affected(), lease)
     }
 
     async fn event_next_due(&self) -> Result<Option<Duration>, StoreError> {
@@ -322,16 +311,7 @@ impl Store for PostgresStore {
             .bind(event_seq)
             .fetch_all(&self.pool)
             .await?;
-        rows.into_iter()
-            .map(|(position, output)| {
-                let value = match output {
-                    Some(text) => serde_json::from_str(&text)
-                        .map_err(|e| StoreError::Corrupt(format!("step output: {e}")))?,
-                    None => serde_json::Value::Null,
-                };
-                Ok((position, value))
-            })
-            .collect()
+        decode::outputs(rows)
     }
 
     async fn step_transaction_begin(&self) -> Result<StepTransaction, StoreError> {
@@ -410,15 +390,5 @@ impl Store for PostgresStore {
         let mut listener = PgListener::connect_with(&self.pool).await?;
         listener.listen(&self.channel).await?;
         Ok(Wakeups::postgres(listener))
-    }
-}
-
-fn lease_kept(rows_affected: u64, lease: &Lease) -> Result<(), StoreError> {
-    if rows_affected == 0 {
-        Err(StoreError::LeaseLost {
-            event_seq: lease.event_seq,
-        })
-    } else {
-        Ok(())
     }
 }

@@ -26,8 +26,9 @@ use sqlx::{Row, Sqlite, SqliteConnection, Transaction};
 use tokio::sync::{watch, Mutex, OwnedMutexGuard};
 
 use super::{
-    AfterFailure, Backend, ClaimParams, ClaimedEvent, EventInsert, EventRecord, InsertOutcome,
-    Lease, MarkDone, MarkFailed, StepStatus, StepTransaction, Store, StoreError, Wakeups,
+    decode, AfterFailure, Backend, ClaimParams, ClaimedEvent, EventInsert, EventRecord,
+    InsertOutcome, Lease, MarkDone, MarkFailed, StepStatus, StepTransaction, Store, StoreError,
+    Wakeups,
 };
 use crate::event::{Event, EventState};
 use crate::store::transaction::Inner;
@@ -145,12 +146,7 @@ impl SqliteStore {
             .bind(state)
             .fetch_optional(&self.pool)
             .await?;
-        match applied {
-            Some(_) => Ok(()),
-            None => Err(StoreError::LeaseLost {
-                event_seq: lease.event_seq,
-            }),
-        }
+        decode::confirmed(applied.is_some(), lease)
     }
 
     fn wake_workers(&self) {
@@ -166,8 +162,7 @@ fn event_from_row(row: &SqliteRow) -> Result<Event, StoreError> {
         source: row.try_get("source")?,
         id: row.try_get("dedup_key")?,
         kind: row.try_get("kind")?,
-        payload: serde_json::from_str(&payload)
-            .map_err(|e| StoreError::Corrupt(format!("event payload: {e}")))?,
+        payload: decode::json(&payload, "event payload")?,
         received_at: parse_time(&row.try_get::<String, _>("received_at")?)?,
     })
 }
@@ -176,9 +171,7 @@ fn record_from_row(row: &SqliteRow) -> Result<EventRecord, StoreError> {
     let state: String = row.try_get("state")?;
     Ok(EventRecord {
         event: event_from_row(row)?,
-        state: state
-            .parse()
-            .map_err(|e| StoreError::Corrupt(format!("event state: {e}")))?,
+        state: decode::state(&state, "event state")?,
         step_count: row.try_get("step_count")?,
         next_step: row.try_get("next_step")?,
         attempt: row.try_get("attempt")?,
@@ -198,9 +191,7 @@ fn status_from_row(row: &SqliteRow) -> Result<StepStatus, StoreError> {
         position: row.try_get("position")?,
         step: row.try_get("step")?,
         idempotency_key: row.try_get("idempotency_key")?,
-        state: state
-            .parse()
-            .map_err(|e| StoreError::Corrupt(format!("step state: {e}")))?,
+        state: decode::state(&state, "step state")?,
         attempts: row.try_get("attempts")?,
         started_at: parse_time_opt(row.try_get("started_at")?)?,
         finished_at: parse_time_opt(row.try_get("finished_at")?)?,
@@ -208,21 +199,8 @@ fn status_from_row(row: &SqliteRow) -> Result<StepStatus, StoreError> {
         lease_until: parse_time_opt(row.try_get("lease_until")?)?,
         worker: row.try_get("worker")?,
         last_error: row.try_get("last_error")?,
-        output: output
-            .map(|text| serde_json::from_str(&text))
-            .transpose()
-            .map_err(|e| StoreError::Corrupt(format!("step output: {e}")))?,
+        output: decode::json_opt(output, "step output")?,
     })
-}
-
-fn lease_kept(rows_affected: u64, lease: &Lease) -> Result<(), StoreError> {
-    if rows_affected == 0 {
-        Err(StoreError::LeaseLost {
-            event_seq: lease.event_seq,
-        })
-    } else {
-        Ok(())
-    }
 }
 
 fn after(duration: Duration) -> chrono::DateTime<Utc> {
@@ -369,7 +347,7 @@ impl Store for SqliteStore {
         if changed > 0 {
             self.wake_workers();
         }
-        lease_kept(changed, lease)
+        decode::lease_kept(changed, lease)
     }
 
     async fn event_park(&self, lease: &Lease, reason: &str) -> Result<(), StoreError> {
@@ -383,7 +361,7 @@ impl Store for SqliteStore {
             .await?
             .rows_affected();
         tx.commit().await?;
-        lease_kept(changed, lease)
+        decode::lease_kept(changed, lease)
     }
 
     async fn event_next_due(&self) -> Result<Option<Duration>, StoreError> {
@@ -439,16 +417,7 @@ impl Store for SqliteStore {
             .bind(event_seq)
             .fetch_all(&self.pool)
             .await?;
-        rows.into_iter()
-            .map(|(position, output)| {
-                let value = match output {
-                    Some(text) => serde_json::from_str(&text)
-                        .map_err(|e| StoreError::Corrupt(format!("step output: {e}")))?,
-                    None => serde_json::Value::Null,
-                };
-                Ok((position, value))
-            })
-            .collect()
+        decode::outputs(rows)
     }
 
     async fn step_transaction_begin(&self) -> Result<StepTransaction, StoreError> {
