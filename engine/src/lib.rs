@@ -79,6 +79,7 @@
 //! | [`runner`] | the worker loop, running one event, graceful shutdown |
 //! | [`retry`] | the durable retry schedule |
 //! | [`store`] | one `Store` trait; `postgres` and `sqlite` modules |
+//! | [`receiver`] | the axum webhook receiver; one verifier per provider in `receiver::providers` |
 //!
 //! The guarantees, and the tests that prove them, are listed in `docs/guarantees.md`.
 
@@ -93,6 +94,7 @@ pub mod handler;
 mod idempotency;
 pub mod inbox;
 pub mod plan;
+pub mod receiver;
 mod resources;
 pub mod retry;
 pub mod runner;
@@ -106,6 +108,7 @@ pub use event::{Event, EventState, NewEvent, StepState};
 pub use handler::{ConfigError, Handler, Handlers, ANY};
 pub use idempotency::idempotency_key;
 pub use inbox::Accepted;
+pub use receiver::Receiver;
 pub use resources::Resources;
 pub use retry::RetryPolicy;
 pub use runner::{Worker, WorkerConfig, WorkerStats};

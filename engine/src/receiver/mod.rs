@@ -1,0 +1,208 @@
+//! The webhook receiver: an axum router that verifies each delivery on its
+//! raw bytes, records it in the inbox once, and answers at once. Steps never
+//! run inside the request; a worker runs them.
+//!
+//! | route | answer |
+//! |---|---|
+//! | `POST /hooks/{source}` | 200 `{"status":"new"…}`, `"duplicate"` or `"ignored"` (no handler for the kind: recorded, nothing runs); a handshake's own JSON (Slack `url_verification`, nothing recorded) |
+//! | | 401 missing or wrong signature, timestamp out of tolerance; 400 malformed body, missing id or kind; 413 over the body limit; 404 unknown source |
+//! | | 503 with `Retry-After` when the store is unavailable; 500 on other store errors |
+//! | `GET /healthz` | 200 `{"status":"ok"}` |
+//!
+//! Every answer has a JSON body that says why ([`response`]); nothing is
+//! written for a refused request. Each request runs in a `webhook` span with
+//! the source and, once verified, the event id (dedup key) and kind; payloads
+//! and secrets are never logged.
+//!
+//! ```
+//! use tickmark::receiver::providers::Stripe;
+//! use tickmark::{Engine, Handlers, Receiver};
+//! use tower::ServiceExt as _;
+//! # use hmac::Mac as _;
+//!
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! # let dir = tempfile::tempdir()?;
+//! # let url = format!("sqlite://{}", dir.path().join("receiver.db").display());
+//! let engine = Engine::new(tickmark::connect(&url).await?, Handlers::new())?;
+//! let router = Receiver::new(engine)
+//!     .source("stripe", Stripe::new(["whsec_test"])?)
+//!     .router();
+//! // axum::serve(listener, router).await? — or, in-process:
+//! let body = r#"{"id":"evt_1","type":"invoice.paid"}"#;
+//! # let t = chrono::Utc::now().timestamp();
+//! # let mut mac = hmac::Hmac::<sha2::Sha256>::new_from_slice(b"whsec_test")?;
+//! # mac.update(format!("{t}.{body}").as_bytes());
+//! # let signature = format!("t={t},v1={}", hex::encode(mac.finalize().into_bytes()));
+//! let request = axum::http::Request::post("/hooks/stripe")
+//!     .header("stripe-signature", signature)
+//!     .body(axum::body::Body::from(body))?;
+//! let response = router.oneshot(request).await?;
+//! assert_eq!(response.status(), 200); // {"status":"ignored",…}: no handler for the kind
+//! # Ok(())
+//! # }
+//! ```
+
+// Attacker input flows through everything here: nothing that can panic
+// compiles outside tests.
+#![cfg_attr(
+    not(test),
+    deny(
+        clippy::unwrap_used,
+        clippy::expect_used,
+        clippy::indexing_slicing,
+        clippy::panic,
+        clippy::string_slice
+    )
+)]
+
+mod body_limit;
+pub mod providers;
+mod public_url;
+mod receive;
+pub mod response;
+mod router;
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::sync::Arc;
+
+use axum::Router;
+
+pub use body_limit::DEFAULT_BODY_LIMIT;
+pub use providers::Provider;
+pub use public_url::{PublicBaseUrl, PublicUrlError};
+pub use response::{Answer, ReceiverRejection};
+
+use crate::engine::Engine;
+
+/// Longest source name accepted by [`Receiver::source`].
+pub const MAX_SOURCE_NAME_LEN: usize = 64;
+
+/// Builds the webhook router: sources, body limit, public URL.
+///
+/// Cheap to build; [`Receiver::router`] can be called more than once.
+#[derive(Clone)]
+pub struct Receiver {
+    engine: Engine,
+    sources: BTreeMap<String, Arc<dyn Provider>>,
+    body_limit: usize,
+    public_base_url: Option<PublicBaseUrl>,
+}
+
+/// What every request shares.
+pub(crate) struct Shared {
+    pub(crate) engine: Engine,
+    pub(crate) sources: BTreeMap<String, Arc<dyn Provider>>,
+    pub(crate) body_limit: usize,
+    pub(crate) public_base_url: Option<PublicBaseUrl>,
+}
+
+impl Receiver {
+    /// A receiver that accepts events into `engine`, with no sources yet, a
+    /// [`DEFAULT_BODY_LIMIT`] body limit, and no public base URL.
+    pub fn new(engine: Engine) -> Self {
+        Self {
+            engine,
+            sources: BTreeMap::new(),
+            body_limit: DEFAULT_BODY_LIMIT,
+            public_base_url: None,
+        }
+    }
+
+    /// Mount `provider` at `POST /hooks/{name}`. `name` becomes the events'
+    /// source (what [`Handlers::on`](crate::Handlers::on) matches).
+    ///
+    /// # Panics
+    ///
+    /// At start-up, when `name` is not 1 to [`MAX_SOURCE_NAME_LEN`] ASCII
+    /// letters, digits, `_`, `-` or `.` (not first), or is mounted twice: a programming
+    /// error, like a conflicting axum route.
+    #[allow(clippy::panic)]
+    pub fn source(mut self, name: impl Into<String>, provider: impl Provider + 'static) -> Self {
+        let name = name.into();
+        if !is_valid_source_name(&name) {
+            panic!(
+                "webhook source name `{name}` must be 1 to {MAX_SOURCE_NAME_LEN} ASCII letters, \
+                 digits, `_`, `-` or `.` (it is a URL path segment and the events' source)"
+            );
+        }
+        if self
+            .sources
+            .insert(name.clone(), Arc::new(provider))
+            .is_some()
+        {
+            panic!("webhook source `{name}` is mounted twice");
+        }
+        self
+    }
+
+    /// Refuse bodies larger than `bytes` with 413 (default
+    /// [`DEFAULT_BODY_LIMIT`], 1 MiB). A `Content-Length` over the limit is
+    /// refused before reading; a chunked body as soon as it passes it.
+    pub fn body_limit(mut self, bytes: usize) -> Self {
+        self.body_limit = bytes;
+        self
+    }
+
+    /// The scheme and host (and path prefix, if a proxy strips one) under which
+    /// providers reach this receiver. Twilio signs the URL it posted to, so
+    /// behind a proxy or TLS terminator this must be set: the public URL of a
+    /// delivery is this base + the request's path and query. Without it, the
+    /// receiver uses `http://` + the `Host` header, right only when providers
+    /// talk to this process directly.
+    pub fn public_base_url(mut self, url: PublicBaseUrl) -> Self {
+        self.public_base_url = Some(url);
+        self
+    }
+
+    /// The mounted source names, in order.
+    pub fn source_names(&self) -> impl Iterator<Item = &str> {
+        self.sources.keys().map(String::as_str)
+    }
+
+    /// The router: `POST /hooks/{source}` and `GET /healthz`. Serve it with
+    /// `axum::serve`, or nest it into an application's router.
+    pub fn router(&self) -> Router {
+        router::routes(Arc::new(Shared {
+            engine: self.engine.clone(),
+            sources: self.sources.clone(),
+            body_limit: self.body_limit,
+            public_base_url: self.public_base_url.clone(),
+        }))
+    }
+}
+
+impl fmt::Debug for Receiver {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Receiver")
+            .field("sources", &self.sources)
+            .field("body_limit", &self.body_limit)
+            .field("public_base_url", &self.public_base_url)
+            .finish_non_exhaustive()
+    }
+}
+
+fn is_valid_source_name(name: &str) -> bool {
+    !name.is_empty()
+        && name.len() <= MAX_SOURCE_NAME_LEN
+        && !name.starts_with('.')
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'-' | b'.'))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn source_names_are_path_segments() {
+        for good in ["stripe", "shop-eu", "github.app_2"] {
+            assert!(is_valid_source_name(good), "{good}");
+        }
+        for bad in ["", "a/b", "a b", "é", "..", ".x", &"a".repeat(65)] {
+            assert!(!is_valid_source_name(bad), "{bad}");
+        }
+    }
+}

@@ -1,0 +1,284 @@
+//! Shopify webhook signatures.
+//!
+//! Scheme: `X-Shopify-Hmac-Sha256: <base64>`, the standard (padded) base64
+//! HMAC-SHA256 of the raw body keyed with the app's client secret (its bytes
+//! as-is). One signature per delivery; several configured secrets support
+//! rotation. Shopify signs no timestamp.
+//!
+//! The event id is the `X-Shopify-Webhook-Id` header, the kind the
+//! `X-Shopify-Topic` header (e.g. `orders/create`); both required. The body
+//! is JSON.
+//!
+//! Documentation: <https://shopify.dev/docs/apps/build/webhooks/subscribe/https>
+
+use base64::Engine as _;
+use http::HeaderName;
+
+use super::body::parse_json;
+use super::signature::{
+    any_match, hmac_sha256, id_from_header, kind_from_header, plain_secrets, signature_header,
+    Secret,
+};
+use super::{ConfigError, Delivery, Provider, Rejection, Verdict, VerifiedEvent};
+
+/// The header carrying the signature.
+pub const SIGNATURE_HEADER: HeaderName = HeaderName::from_static("x-shopify-hmac-sha256");
+/// The header carrying the webhook (delivery) id.
+pub const WEBHOOK_ID_HEADER: HeaderName = HeaderName::from_static("x-shopify-webhook-id");
+/// The header carrying the topic.
+pub const TOPIC_HEADER: HeaderName = HeaderName::from_static("x-shopify-topic");
+
+/// Length of an HMAC-SHA256 digest, in bytes.
+const DIGEST_BYTES: usize = 32;
+
+/// Verifies Shopify deliveries.
+#[derive(Debug, Clone)]
+pub struct Shopify {
+    secrets: Vec<Secret>,
+}
+
+impl Shopify {
+    /// A verifier for these client secrets (used as-is). Several secrets
+    /// support rotation: a delivery verifies if any matches.
+    pub fn new<I, S>(secrets: I) -> Result<Self, ConfigError>
+    where
+        I: IntoIterator<Item = S>,
+        S: AsRef<str>,
+    {
+        Ok(Self {
+            secrets: plain_secrets(secrets)?,
+        })
+    }
+}
+
+/// The digest in a base64 header value.
+fn parse_signature(value: &str) -> Result<Vec<u8>, Rejection> {
+    let malformed = |reason| Rejection::MalformedSignature {
+        header: SIGNATURE_HEADER.as_str().to_owned(),
+        reason,
+    };
+    let sig = base64::engine::general_purpose::STANDARD
+        .decode(value.trim())
+        .map_err(|_| malformed("not base64"))?;
+    if sig.len() != DIGEST_BYTES {
+        return Err(malformed("not a 32-byte digest"));
+    }
+    Ok(sig)
+}
+
+impl Provider for Shopify {
+    fn name(&self) -> &'static str {
+        "shopify"
+    }
+
+    fn verify(&self, delivery: &Delivery<'_>) -> Result<Verdict, Rejection> {
+        let presented = parse_signature(signature_header(delivery.headers, &SIGNATURE_HEADER)?)?;
+        let expected: Vec<Vec<u8>> = self
+            .secrets
+            .iter()
+            .filter_map(|s| hmac_sha256(s.bytes(), &[delivery.body]))
+            .collect();
+        if !any_match(&expected, &[presented]) {
+            return Err(Rejection::BadSignature);
+        }
+        let id = id_from_header(delivery.headers, &WEBHOOK_ID_HEADER)?;
+        let kind = kind_from_header(delivery.headers, &TOPIC_HEADER)?;
+        let payload = parse_json(delivery.body)?;
+        Ok(Verdict::Event(VerifiedEvent {
+            id: Some(id),
+            kind,
+            payload,
+        }))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::test_support::{
+        assert_rejected, at, b64, event, header_value, headers, hmac256, run, ten_kb,
+    };
+    use super::*;
+    use proptest::prelude::*;
+    use serde_json::json;
+
+    const SECRET: &str = "shpss_0123456789abcdef";
+    const NEXT: &str = "shpss_fedcba9876543210";
+    const ID: &str = "b54557e4-bdd9-4b37-8a5f-bf7d70bcd043";
+    const BODY: &str =
+        r#"{"id":820982911946154508,"email":"jon@example.com","total_price":"11.00"}"#;
+
+    /// Independent signer.
+    fn sig(secret: &str, body: &[u8]) -> String {
+        b64(&hmac256(secret.as_bytes(), body))
+    }
+
+    fn provider() -> Shopify {
+        Shopify::new([SECRET]).unwrap()
+    }
+
+    fn go(p: &Shopify, h: &[(&str, &str)], body: &[u8]) -> Result<Verdict, Rejection> {
+        run(p, &headers(h), body, "https://x/", at(0))
+    }
+
+    fn order(sig_value: &str, body: &[u8]) -> Result<Verdict, Rejection> {
+        go(
+            &provider(),
+            &[
+                ("X-Shopify-Hmac-Sha256", sig_value),
+                ("X-Shopify-Webhook-Id", ID),
+                ("X-Shopify-Topic", "orders/create"),
+            ],
+            body,
+        )
+    }
+
+    #[test]
+    fn valid_delivery_verifies() {
+        let e = event(order(&sig(SECRET, BODY.as_bytes()), BODY.as_bytes()));
+        assert_eq!(e.id.as_deref(), Some(ID));
+        assert_eq!(e.kind, "orders/create");
+        assert_eq!(e.payload["email"], json!("jon@example.com"));
+    }
+
+    #[test]
+    fn any_of_several_secrets_verifies() {
+        let p = Shopify::new([SECRET, NEXT]).unwrap();
+        for s in [SECRET, NEXT] {
+            event(go(
+                &p,
+                &[
+                    ("X-Shopify-Hmac-Sha256", &sig(s, BODY.as_bytes())),
+                    ("X-Shopify-Webhook-Id", ID),
+                    ("X-Shopify-Topic", "orders/create"),
+                ],
+                BODY.as_bytes(),
+            ));
+        }
+    }
+
+    #[test]
+    fn tampered_body_and_wrong_secret_are_401() {
+        let s = sig(SECRET, BODY.as_bytes());
+        assert_rejected(order(&s, b"{\"id\":1}"), "bad_signature", 401);
+        assert_rejected(
+            order(&sig("other", BODY.as_bytes()), BODY.as_bytes()),
+            "bad_signature",
+            401,
+        );
+    }
+
+    #[test]
+    fn missing_and_duplicated_signature_are_401() {
+        let r = go(
+            &provider(),
+            &[
+                ("X-Shopify-Webhook-Id", ID),
+                ("X-Shopify-Topic", "orders/create"),
+            ],
+            BODY.as_bytes(),
+        );
+        assert_rejected(r, "missing_signature", 401);
+        let s = sig(SECRET, BODY.as_bytes());
+        let r = go(
+            &provider(),
+            &[
+                ("X-Shopify-Hmac-Sha256", &s),
+                ("X-Shopify-Hmac-Sha256", &s),
+                ("X-Shopify-Webhook-Id", ID),
+                ("X-Shopify-Topic", "orders/create"),
+            ],
+            BODY.as_bytes(),
+        );
+        assert_rejected(r, "duplicate_header", 401);
+    }
+
+    /// A duplicated id header is refused as well (401 `duplicate_header`).
+    #[test]
+    fn duplicated_id_header_is_401() {
+        let s = sig(SECRET, BODY.as_bytes());
+        let r = go(
+            &provider(),
+            &[
+                ("X-Shopify-Hmac-Sha256", &s),
+                ("X-Shopify-Webhook-Id", ID),
+                ("X-Shopify-Webhook-Id", "other"),
+                ("X-Shopify-Topic", "orders/create"),
+            ],
+            BODY.as_bytes(),
+        );
+        assert_rejected(r, "duplicate_header", 401);
+    }
+
+    #[test]
+    fn malformed_signatures_are_401() {
+        let s = sig(SECRET, BODY.as_bytes());
+        let raw = hmac256(SECRET.as_bytes(), BODY.as_bytes());
+        for bad in [
+            "%%%%".to_owned(),
+            s[..40].to_owned(),
+            b64(&raw[..31]),
+            b64(&[raw.clone(), vec![0]].concat()),
+            hex::encode(&raw),
+            base64::engine::general_purpose::URL_SAFE.encode([0xfbu8; 32]),
+            String::new(),
+        ] {
+            assert_rejected(order(&bad, BODY.as_bytes()), "malformed_signature", 401);
+        }
+    }
+
+    fn with_meta(id: Option<&str>, kind: Option<&str>) -> Result<Verdict, Rejection> {
+        let s = sig(SECRET, BODY.as_bytes());
+        let mut h = vec![("X-Shopify-Hmac-Sha256", s.as_str())];
+        if let Some(id) = id {
+            h.push(("X-Shopify-Webhook-Id", id));
+        }
+        if let Some(kind) = kind {
+            h.push(("X-Shopify-Topic", kind));
+        }
+        go(&provider(), &h, BODY.as_bytes())
+    }
+
+    #[test]
+    fn missing_or_bad_id_and_kind_are_400() {
+        assert_rejected(with_meta(None, Some("orders/create")), "missing_id", 400);
+        assert_rejected(with_meta(Some(ID), None), "missing_kind", 400);
+        assert_rejected(
+            with_meta(Some("a\tb"), Some("orders/create")),
+            "invalid_id",
+            400,
+        );
+        assert_rejected(
+            with_meta(Some(&ten_kb()), Some("orders/create")),
+            "invalid_id",
+            400,
+        );
+        assert_rejected(with_meta(Some(ID), Some("a\tb")), "invalid_kind", 400);
+        assert_rejected(with_meta(Some(ID), Some(&ten_kb())), "invalid_kind", 400);
+    }
+
+    #[test]
+    fn correctly_signed_garbage_is_400() {
+        for body in [&b"<xml/>"[..], b"\"\xff\""] {
+            assert_rejected(order(&sig(SECRET, body), body), "malformed_body", 400);
+        }
+    }
+
+    proptest! {
+        #[test]
+        fn arbitrary_headers_and_bodies_never_panic(
+            header in proptest::collection::vec(any::<u8>(), 0..120),
+            text in "[A-Za-z0-9+/=_ -]{0,60}",
+            body in proptest::collection::vec(any::<u8>(), 0..200),
+        ) {
+            let _ = parse_signature(&text);
+            for value in [header_value(&header), header_value(text.as_bytes())].into_iter().flatten() {
+                let mut h = http::HeaderMap::new();
+                h.insert(SIGNATURE_HEADER, value);
+                h.insert(WEBHOOK_ID_HEADER, http::HeaderValue::from_static("i"));
+                h.insert(TOPIC_HEADER, http::HeaderValue::from_static("t"));
+                let r = provider().verify(&Delivery { headers: &h, body: &body, public_url: "", now: at(0) });
+                prop_assert!(r.is_err());
+            }
+        }
+    }
+}

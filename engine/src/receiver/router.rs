@@ -1,0 +1,69 @@
+//! The routes: `POST /hooks/{source}`, `GET /healthz`, and JSON answers for
+//! every path or method that is not one of them.
+
+use std::sync::Arc;
+
+use axum::extract::rejection::PathRejection;
+use axum::extract::{Path, Request, State};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::{Json, Router};
+use serde_json::json;
+use tracing::field::Empty;
+use tracing::Instrument;
+
+use super::receive::receive;
+use super::response::ReceiverRejection;
+use super::Shared;
+
+/// The receiver's routes over `shared`.
+pub(crate) fn routes(shared: Arc<Shared>) -> Router {
+    Router::new()
+        .route("/hooks/{source}", post(deliver))
+        .route("/healthz", get(healthz))
+        .fallback(not_found)
+        .method_not_allowed_fallback(method_not_allowed)
+        .with_state(shared)
+}
+
+/// `POST /hooks/{source}`: find the source, then handle the delivery in a
+/// span that names it (and, once verified, the event id and kind).
+async fn deliver(
+    State(shared): State<Arc<Shared>>,
+    source: Result<Path<String>, PathRejection>,
+    request: Request,
+) -> Response {
+    let Some((name, provider)) = source
+        .ok()
+        .and_then(|Path(name)| shared.sources.get_key_value(&name))
+        .map(|(name, provider)| (name.clone(), Arc::clone(provider)))
+    else {
+        // The path segment is the sender's text: it is not logged.
+        tracing::debug!("delivery to an unknown source refused");
+        return ReceiverRejection::UnknownSource.into_response();
+    };
+    let span = tracing::info_span!(
+        "webhook",
+        source = %name,
+        provider = provider.name(),
+        event_id = Empty,
+        kind = Empty
+    );
+    receive(&shared, &name, provider.as_ref(), request)
+        .instrument(span)
+        .await
+}
+
+/// `GET /healthz`: the process is up and serving. It does not touch the
+/// database: a store outage is reported per delivery, with 503.
+async fn healthz() -> Json<serde_json::Value> {
+    Json(json!({ "status": "ok" }))
+}
+
+async fn not_found() -> ReceiverRejection {
+    ReceiverRejection::NotFound
+}
+
+async fn method_not_allowed() -> ReceiverRejection {
+    ReceiverRejection::MethodNotAllowed
+}
