@@ -1,1 +1,3 @@
 //! Shared code of the tickmark examples.
+
+pub mod payments;

@@ -9,6 +9,8 @@
 
 pub mod conformance;
 pub mod db;
+pub mod http_client;
+pub mod pg_cluster;
 pub mod probe;
 pub mod test_steps;
 pub mod wait;

@@ -1,0 +1,256 @@
+//! `payments`: a webhook receiver and a worker in one process.
+//!
+//! ```text
+//! STRIPE_WEBHOOK_SECRET=whsec_test cargo run -p tickmark-examples --bin payments -- \
+//!     [--database-url URL] [--listen ADDR] [--receipt-url URL] [--render-secs N] \
+//!     [--out-dir DIR] [--public-url URL]
+//! ```
+//!
+//! Stripe's `invoice.payment_succeeded` runs `credit_account` (in the
+//! database, exactly once), `send_receipt` (POST with an `Idempotency-Key`)
+//! and `render_invoice` (a long step that writes `<out-dir>/<event id>.txt`);
+//! every other verified event, from any source, runs `record`. `--help` lists
+//! the sources and their secrets; `docs/receiver.md` walks through it with
+//! curl and openssl.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use clap::Parser;
+use tickmark::receiver::PublicBaseUrl;
+use tickmark::{Engine, Receiver, WorkerConfig};
+use tickmark_examples::payments::{self, ReceiptClient, ReceiptUrl, Settings, SourceSetup};
+use tokio_util::sync::CancellationToken;
+
+const ABOUT: &str =
+    "Receive payment webhooks and process each event once: a receiver and a worker in one process.";
+
+const LONG_ABOUT: &str = "\
+Receive payment webhooks and process each event once: a receiver and a worker in one process.
+
+Routes: POST /hooks/stripe, /hooks/github, /hooks/shopify, /hooks/standard, /hooks/slack,
+/hooks/twilio, and GET /healthz. Every delivery is verified on its raw bytes, recorded once
+(a redelivery answers 200 {\"status\":\"duplicate\"}) and answered at once; a worker in the
+same process runs the steps.
+
+Stripe invoice.payment_succeeded runs three steps:
+  credit_account  adds data.object.amount_paid to data.object.customer's balance in the
+                  `accounts` table, in the engine's transaction: exactly once
+  send_receipt    POSTs a JSON receipt to --receipt-url with an Idempotency-Key header
+  render_invoice  works --render-secs, then writes <out-dir>/<event id>.txt atomically
+Every other verified event, from any source, runs one step, `record`, which adds
+(source, event id, kind) to the `received` table.
+
+Several `payments` processes on one PostgreSQL database share the work.";
+
+const AFTER_HELP: &str = "\
+Environment (a source without its secret is off: its path answers 404):
+  STRIPE_WEBHOOK_SECRET    Stripe endpoint signing secret (whsec_...)
+  GITHUB_WEBHOOK_SECRET    GitHub webhook secret
+  SHOPIFY_WEBHOOK_SECRET   Shopify app client secret
+  STANDARD_WEBHOOK_SECRET  Standard Webhooks / Svix secret (whsec_<base64>)
+  SLACK_SIGNING_SECRET     Slack app signing secret
+  TWILIO_AUTH_TOKEN        Twilio auth token (set --public-url behind a proxy)
+  DATABASE_URL             same as --database-url
+  RUST_LOG                 log filter (default: info)
+Each secret variable may hold several comma-separated secrets while one is rotated.
+
+Example: sign and send a Stripe event with curl and openssl
+  export STRIPE_WEBHOOK_SECRET=whsec_test
+  payments --receipt-url http://127.0.0.1:9000/receipts &
+  body='{\"id\":\"evt_1\",\"type\":\"invoice.payment_succeeded\",\"data\":{\"object\":{\"id\":\"in_1\",\"customer\":\"cus_1\",\"amount_paid\":1200,\"currency\":\"usd\"}}}'
+  t=$(date +%s)
+  sig=$(printf '%s' \"$t.$body\" | openssl dgst -sha256 -hmac \"$STRIPE_WEBHOOK_SECRET\" -r | cut -d' ' -f1)
+  curl -s http://127.0.0.1:8080/hooks/stripe -H \"Stripe-Signature: t=$t,v1=$sig\" \\
+       -H 'Content-Type: application/json' -d \"$body\"
+  # => {\"event_id\":\"evt_1\",\"kind\":\"invoice.payment_succeeded\",\"status\":\"new\"}; again => \"duplicate\"";
+
+/// Command-line settings.
+#[derive(Debug, Parser)]
+#[command(name = "payments", version, about = ABOUT, long_about = LONG_ABOUT, after_help = AFTER_HELP)]
+struct Args {
+    /// The database: `sqlite://FILE` (created if missing) or
+    /// `postgres://USER@HOST/DB`. tickmark's tables and the app's
+    /// (`accounts`, `received`) live there.
+    #[arg(long, env = "DATABASE_URL", default_value = "sqlite://payments.db")]
+    database_url: String,
+
+    /// Address and port to listen on.
+    #[arg(long, default_value = "127.0.0.1:8080")]
+    listen: SocketAddr,
+
+    /// Where `send_receipt` POSTs each receipt (http:// only), with an
+    /// `Idempotency-Key` header. A 5xx or timeout is retried, another 4xx
+    /// dead-letters the event. Without it, `send_receipt` is skipped.
+    #[arg(long, value_name = "URL")]
+    receipt_url: Option<ReceiptUrl>,
+
+    /// Seconds `render_invoice` works before writing the invoice: a stand-in
+    /// for a long job (the lease is renewed meanwhile).
+    #[arg(long, value_name = "N", default_value_t = 0)]
+    render_secs: u64,
+
+    /// Folder for the rendered invoices, `<event id>.txt` (created if missing).
+    #[arg(long, value_name = "DIR", default_value = "invoices")]
+    out_dir: PathBuf,
+
+    /// The public base URL providers post to, e.g. `https://hooks.example.com`.
+    /// Twilio signs the full URL, so behind a proxy or TLS terminator set it:
+    /// the URL checked is this base + the request's path and query.
+    #[arg(long, value_name = "URL")]
+    public_url: Option<PublicBaseUrl>,
+}
+
+#[tokio::main]
+async fn main() -> ExitCode {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info,sqlx=warn"));
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .init();
+    let args = Args::parse();
+    match run(args).await {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(message) => {
+            eprintln!("payments: {message}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+async fn run(args: Args) -> Result<(), String> {
+    std::fs::create_dir_all(&args.out_dir).map_err(|e| {
+        format!(
+            "cannot create the invoice folder {}: {e}",
+            args.out_dir.display()
+        )
+    })?;
+    let (store, _app_db) = payments::open(&args.database_url)
+        .await
+        .map_err(|e| format!("cannot open the database {}: {e}", args.database_url))?;
+    let settings = Settings {
+        receipt_url: args.receipt_url.clone(),
+        out_dir: args.out_dir.clone(),
+        render_for: Duration::from_secs(args.render_secs),
+        ..Settings::default()
+    };
+    let engine = Engine::new(store, payments::handlers())
+        .map_err(|e| format!("invalid handlers: {e}"))?
+        .with_resource(settings)
+        .with_resource(ReceiptClient::new());
+
+    let mut receiver = Receiver::new(engine.clone());
+    if let Some(url) = args.public_url.clone() {
+        receiver = receiver.public_base_url(url);
+    }
+    let (receiver, setup) = payments::mount_sources(receiver, |name| std::env::var(name).ok())
+        .map_err(|(variable, e)| format!("{variable}: {e}"))?;
+    for source in &setup {
+        match source {
+            SourceSetup::On { name, secrets } => {
+                tracing::info!(source = name, secrets, "source on: POST /hooks/{name}")
+            }
+            SourceSetup::Off { name, variable } => {
+                tracing::warn!(
+                    source = name,
+                    "source off: set {variable} to receive /hooks/{name}"
+                )
+            }
+        }
+    }
+    if setup.iter().all(|s| matches!(s, SourceSetup::Off { .. })) {
+        tracing::warn!("no source is on: every /hooks/ path answers 404 (see --help)");
+    }
+
+    let listener = tokio::net::TcpListener::bind(args.listen)
+        .await
+        .map_err(|e| format!("cannot listen on {}: {e}", args.listen))?;
+    let addr = listener
+        .local_addr()
+        .map_err(|e| format!("cannot read the listening address: {e}"))?;
+    tracing::info!(
+        database = %redact(&args.database_url),
+        receipts = args.receipt_url.as_ref().map(ToString::to_string).unwrap_or_else(|| "skipped".into()),
+        out_dir = %args.out_dir.display(),
+        render_secs = args.render_secs,
+        "payments ready"
+    );
+    // One plain line on stdout, for scripts and tests that start the app.
+    println!("payments: listening on http://{addr}");
+
+    let stop_http = CancellationToken::new();
+    let stop_worker = CancellationToken::new();
+    let worker = tokio::spawn(
+        engine
+            .worker(WorkerConfig::default())
+            .run(stop_worker.clone()),
+    );
+    tokio::spawn({
+        let stop_http = stop_http.clone();
+        async move {
+            shutdown_signal().await;
+            tracing::info!(
+                "shutting down: no new deliveries; running steps get their grace period"
+            );
+            stop_http.cancel();
+        }
+    });
+
+    // Stop accepting first (requests in flight finish), then the worker's
+    // graceful shutdown: running steps finish or are released.
+    let served = axum::serve(listener, receiver.router())
+        .with_graceful_shutdown(stop_http.clone().cancelled_owned())
+        .await;
+    stop_worker.cancel();
+    let worked = worker.await;
+    served.map_err(|e| format!("the HTTP server failed: {e}"))?;
+    match worked {
+        Ok(Ok(())) => {}
+        Ok(Err(e)) => return Err(format!("the worker failed: {e}")),
+        Err(e) => return Err(format!("the worker stopped unexpectedly: {e}")),
+    }
+    tracing::info!("stopped");
+    Ok(())
+}
+
+/// Ctrl-C or SIGTERM.
+async fn shutdown_signal() {
+    let interrupt = tokio::signal::ctrl_c();
+    #[cfg(unix)]
+    {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut terminate) => {
+                tokio::select! {
+                    _ = interrupt => {}
+                    _ = terminate.recv() => {}
+                }
+            }
+            Err(_) => {
+                let _ = interrupt.await;
+            }
+        }
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = interrupt.await;
+    }
+}
+
+/// The URL without a password, for the log.
+fn redact(url: &str) -> String {
+    match (url.find("://"), url.rfind('@')) {
+        (Some(scheme_end), Some(at)) if at > scheme_end => {
+            let userinfo = &url[scheme_end + 3..at];
+            match userinfo.split_once(':') {
+                Some((user, _password)) => {
+                    format!("{}{user}:***{}", &url[..scheme_end + 3], &url[at..])
+                }
+                None => url.to_owned(),
+            }
+        }
+        _ => url.to_owned(),
+    }
+}

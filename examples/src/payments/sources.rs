@@ -1,0 +1,74 @@
+//! Which webhook sources the app mounts: one per provider, each turned on by
+//! its secret's environment variable. A source without a secret is off (its
+//! path answers 404) and the app says so at start-up.
+
+use tickmark::receiver::providers::{
+    ConfigError, GitHub, Shopify, Slack, StandardWebhooks, Stripe, Twilio,
+};
+use tickmark::Receiver;
+
+/// (source name, provider, environment variable) for every source the app knows.
+pub const SOURCES: [(&str, &str, &str); 6] = [
+    ("stripe", "Stripe", "STRIPE_WEBHOOK_SECRET"),
+    ("github", "GitHub", "GITHUB_WEBHOOK_SECRET"),
+    ("shopify", "Shopify", "SHOPIFY_WEBHOOK_SECRET"),
+    ("standard", "Standard Webhooks", "STANDARD_WEBHOOK_SECRET"),
+    ("slack", "Slack", "SLACK_SIGNING_SECRET"),
+    ("twilio", "Twilio", "TWILIO_AUTH_TOKEN"),
+];
+
+/// What happened to one source at start-up.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum SourceSetup {
+    /// Mounted at `/hooks/{name}` with this many secrets.
+    On {
+        /// The source name.
+        name: &'static str,
+        /// How many secrets (more than one during a rotation).
+        secrets: usize,
+    },
+    /// Not mounted: its variable is unset or empty.
+    Off {
+        /// The source name.
+        name: &'static str,
+        /// The variable that would turn it on.
+        variable: &'static str,
+    },
+}
+
+/// Mount every source whose secret `secret_of(variable)` gives. A variable
+/// may hold several comma-separated secrets (during a rotation: the new one
+/// and the old one); a delivery signed with any of them verifies.
+pub fn mount_sources(
+    mut receiver: Receiver,
+    secret_of: impl Fn(&str) -> Option<String>,
+) -> Result<(Receiver, Vec<SourceSetup>), (&'static str, ConfigError)> {
+    let mut setup = Vec::new();
+    for (name, _, variable) in SOURCES {
+        let secrets: Vec<String> = secret_of(variable)
+            .unwrap_or_default()
+            .split(',')
+            .map(str::trim)
+            .filter(|s| !s.is_empty())
+            .map(str::to_owned)
+            .collect();
+        if secrets.is_empty() {
+            setup.push(SourceSetup::Off { name, variable });
+            continue;
+        }
+        let failed = |error| (variable, error);
+        receiver = match name {
+            "stripe" => receiver.source(name, Stripe::new(&secrets).map_err(failed)?),
+            "github" => receiver.source(name, GitHub::new(&secrets).map_err(failed)?),
+            "shopify" => receiver.source(name, Shopify::new(&secrets).map_err(failed)?),
+            "standard" => receiver.source(name, StandardWebhooks::new(&secrets).map_err(failed)?),
+            "slack" => receiver.source(name, Slack::new(&secrets).map_err(failed)?),
+            _ => receiver.source(name, Twilio::new(&secrets).map_err(failed)?),
+        };
+        setup.push(SourceSetup::On {
+            name,
+            secrets: secrets.len(),
+        });
+    }
+    Ok((receiver, setup))
+}

@@ -1,0 +1,299 @@
+//! Crashes for real: worker processes killed with SIGKILL, and several worker
+//! processes sharing one database (guarantees 3, 4 and 6).
+
+use std::process::Stdio;
+use std::time::Duration;
+
+use serde_json::json;
+use tickmark::{Backend, EventState, Handler, Handlers, NewEvent, StepState};
+use tickmark_tests::conformance::{engine, quick_worker};
+use tickmark_tests::test_steps::{Credit, Record};
+use tickmark_tests::{wait, TestDb};
+use tokio::process::{Child, Command};
+
+const WORKER: &str = env!("CARGO_BIN_EXE_tickmark-test-worker");
+
+fn worker_process(db: &TestDb, name: &str, extra: &[&str]) -> Child {
+    Command::new(WORKER)
+        .args([
+            "--database-url",
+            &db.url,
+            "--name",
+            name,
+            "--lease-ms",
+            "2000",
+        ])
+        .args(extra)
+        .stdout(Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("start the test worker")
+}
+
+fn credit_render_notify() -> Handlers {
+    Handlers::new().on(
+        "shop",
+        "order.paid",
+        Handler::new()
+            .named_step("credit", Credit { amount: 100 })
+            .named_step(
+                "render",
+                Record {
+                    first_attempt_pause_ms: 600_000,
+                    ..Record::default()
+                },
+            )
+            .named_step("notify", Record::default()),
+    )
+}
+
+/// A worker process is SIGKILLed in the middle of step 2 of 3. Once its lease
+/// expires another worker resumes: step 1 ran once (its transactional effect
+/// exactly once), step 2 at most twice, step 3 once.
+async fn a_worker_killed_in_the_middle_of_step_two(backend: Backend) {
+    let Some(db) = TestDb::new(backend).await else {
+        return;
+    };
+    let engine = engine(&db, credit_render_notify());
+    for _ in 0..3 {
+        engine
+            .accept(NewEvent::with_id(
+                "shop",
+                "evt_kill",
+                "order.paid",
+                json!({}),
+            ))
+            .await
+            .unwrap();
+    }
+
+    let mut victim = worker_process(&db, "victim", &[]);
+    wait::until(
+        "the victim is inside step 2",
+        Duration::from_secs(60),
+        || async { db.probe.runs("evt_kill", "render").await == 1 },
+    )
+    .await;
+    victim.start_kill().expect("SIGKILL");
+    let status = victim.wait().await.unwrap();
+    assert!(!status.success(), "killed, not exited: {status:?}");
+
+    let record = db
+        .store
+        .event_find("shop", "evt_kill")
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!((record.state, record.next_step), (EventState::Running, 1));
+    assert_eq!(record.lease_owner.as_deref(), Some("victim"));
+
+    let stats = engine
+        .worker(quick_worker("rescuer"))
+        .run_until_idle()
+        .await
+        .unwrap();
+    assert_eq!(stats.takeovers, 1);
+
+    assert_eq!(
+        db.probe.ledger_rows("evt_kill").await,
+        1,
+        "credit applied exactly once"
+    );
+    assert_eq!(
+        db.probe.runs("evt_kill", "render").await,
+        2,
+        "the interrupted step re-ran once"
+    );
+    assert_eq!(db.probe.runs("evt_kill", "notify").await, 1);
+    let record = db
+        .store
+        .event_find("shop", "evt_kill")
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!((record.state, record.takeovers), (EventState::Done, 1));
+    let steps = db.store.step_status(record.event.seq).await.unwrap();
+    let attempts: Vec<_> = steps.iter().map(|s| (s.state, s.attempts)).collect();
+    assert_eq!(
+        attempts,
+        [
+            (StepState::Done, 1),
+            (StepState::Done, 2),
+            (StepState::Done, 1)
+        ]
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sqlite_a_worker_killed_in_the_middle_of_step_two() {
+    a_worker_killed_in_the_middle_of_step_two(Backend::Sqlite).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_a_worker_killed_in_the_middle_of_step_two() {
+    a_worker_killed_in_the_middle_of_step_two(Backend::Postgres).await;
+}
+
+/// 50 events × 3 steps shared by several worker processes: every event done,
+/// every step marked done exactly once, every effect once, work shared.
+async fn many_processes_share_the_work(backend: Backend, processes: usize) {
+    let Some(db) = TestDb::new(backend).await else {
+        return;
+    };
+    let handlers = Handlers::new().on(
+        "shop",
+        "order.paid",
+        Handler::new()
+            .named_step("credit", Credit { amount: 1 })
+            .named_step(
+                "second",
+                Record {
+                    pause_ms: 20,
+                    ..Record::default()
+                },
+            )
+            .named_step("third", Record::default()),
+    );
+    let engine = engine(&db, handlers);
+    for n in 0..50 {
+        engine
+            .accept(NewEvent::with_id(
+                "shop",
+                format!("evt_{n:02}"),
+                "order.paid",
+                json!({"n": n}),
+            ))
+            .await
+            .unwrap();
+    }
+    let children: Vec<Child> = (0..processes)
+        .map(|n| worker_process(&db, &format!("worker-{n}"), &["--until-idle"]))
+        .collect();
+    for child in children {
+        let output = tokio::time::timeout(Duration::from_secs(120), child.wait_with_output())
+            .await
+            .expect("workers finish")
+            .unwrap();
+        assert!(output.status.success(), "worker failed: {output:?}");
+    }
+
+    let scalar = |sql: &'static str| db.probe.scalar(sql);
+    assert_eq!(
+        scalar("SELECT count(*) FROM tickmark_events WHERE state = 'done'").await,
+        50
+    );
+    assert_eq!(
+        scalar("SELECT count(*) FROM tickmark_steps WHERE state = 'done'").await,
+        150
+    );
+    assert_eq!(
+        scalar("SELECT count(*) FROM tickmark_steps WHERE state = 'done' AND attempts = 1").await,
+        150,
+        "every step done on its first attempt"
+    );
+    assert_eq!(scalar("SELECT count(*) FROM test_ledger").await, 50);
+    assert_eq!(
+        scalar("SELECT count(DISTINCT event_id) FROM test_ledger").await,
+        50
+    );
+    assert_eq!(
+        scalar("SELECT count(*) FROM test_step_runs").await,
+        100,
+        "no step ran twice"
+    );
+    assert_eq!(
+        scalar("SELECT count(*) FROM (SELECT DISTINCT event_id, step FROM test_step_runs) AS runs")
+            .await,
+        100
+    );
+    let sharing = scalar("SELECT count(DISTINCT pid) FROM test_step_runs").await;
+    assert!(
+        sharing >= 2,
+        "the processes shared the work ({sharing} did it all)"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_four_worker_processes_share_fifty_events() {
+    many_processes_share_the_work(Backend::Postgres, 4).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sqlite_three_worker_processes_share_fifty_events() {
+    many_processes_share_the_work(Backend::Sqlite, 3).await;
+}
+
+/// Transient store errors are retried in-process: every connection of the
+/// engine is killed by the server while events run, and every event still
+/// finishes, each step once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_dropped_connections_are_retried_in_process() {
+    let Some(db) = TestDb::new(Backend::Postgres).await else {
+        return;
+    };
+    let name = format!("tickmark_drop_{}", std::process::id());
+    let url = format!("{}&application_name={name}", db.url);
+    let store = tickmark::connect(&url).await.unwrap();
+    let handlers = Handlers::new().on(
+        "shop",
+        "order.paid",
+        Handler::new()
+            .named_step(
+                "first",
+                Record {
+                    pause_ms: 100,
+                    ..Record::default()
+                },
+            )
+            .named_step("second", Credit { amount: 1 })
+            .named_step("third", Record::default()),
+    );
+    let engine = tickmark::Engine::new(store, handlers)
+        .unwrap()
+        .with_resource(db.probe.clone());
+    for n in 0..20 {
+        engine
+            .accept(NewEvent::with_id(
+                "shop",
+                format!("evt_{n:02}"),
+                "order.paid",
+                json!({}),
+            ))
+            .await
+            .unwrap();
+    }
+    let worker = engine.worker(quick_worker("survivor"));
+    let mut stats = worker.stats();
+    let running = tokio::spawn(worker.run_until_idle());
+    stats.wait_for(|s| s.steps_done >= 5).await.unwrap();
+    let killed = db
+        .probe
+        .scalar(&format!(
+            "SELECT count(*) FROM (SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = '{name}') AS killed"
+        ))
+        .await;
+    assert!(killed >= 1, "connections were killed");
+    let stats = tokio::time::timeout(Duration::from_secs(60), running)
+        .await
+        .expect("the worker recovers")
+        .unwrap()
+        .unwrap();
+    assert_eq!(stats.events_done, 20);
+    assert_eq!(
+        db.probe
+            .scalar("SELECT count(*) FROM tickmark_events WHERE state = 'done'")
+            .await,
+        20
+    );
+    assert_eq!(
+        db.probe.scalar("SELECT count(*) FROM test_ledger").await,
+        20,
+        "credits once each"
+    );
+    assert_eq!(
+        db.probe
+            .scalar("SELECT count(DISTINCT event_id) FROM test_ledger")
+            .await,
+        20
+    );
+}
