@@ -5,6 +5,7 @@ use std::sync::Arc;
 use crate::event::NewEvent;
 use crate::handler::{ConfigError, Handlers, Registry};
 use crate::inbox::{self, Accepted};
+use crate::metrics::Metrics;
 use crate::resources::Resources;
 use crate::runner::{Worker, WorkerConfig};
 use crate::store::{Store, StoreError};
@@ -17,6 +18,7 @@ pub struct Engine {
     store: Arc<dyn Store>,
     registry: Arc<Registry>,
     resources: Resources,
+    metrics: Arc<Metrics>,
 }
 
 impl Engine {
@@ -27,6 +29,7 @@ impl Engine {
             store,
             registry: Arc::new(handlers.compile()?),
             resources: Resources::default(),
+            metrics: Arc::new(Metrics::default()),
         })
     }
 
@@ -47,7 +50,18 @@ impl Engine {
     /// A worker that runs this engine's events with `config`. Workers need no
     /// handlers: each event carries its plan.
     pub fn worker(&self, config: WorkerConfig) -> Worker {
-        Worker::new(Arc::clone(&self.store), self.resources.clone(), config)
+        Worker::new(
+            Arc::clone(&self.store),
+            self.resources.clone(),
+            Arc::clone(&self.metrics),
+            config,
+        )
+    }
+
+    /// This process's counters, shared by the receiver and the workers;
+    /// render them with [`metrics::render`](crate::metrics::render).
+    pub fn metrics(&self) -> &Arc<Metrics> {
+        &self.metrics
     }
 
     /// The store, for reading the step-status table.

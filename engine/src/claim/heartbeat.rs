@@ -7,6 +7,7 @@ use tokio::time::{Instant, MissedTickBehavior};
 use tokio_util::sync::CancellationToken;
 
 use super::LeaseBook;
+use crate::metrics::Metrics;
 use crate::runner::WorkerSignals;
 use crate::store::transient::retry_transient;
 use crate::store::Store;
@@ -19,6 +20,7 @@ pub(crate) async fn heartbeat_loop(
     lease_for: Duration,
     every: Duration,
     signals: WorkerSignals,
+    metrics: Arc<Metrics>,
     stop: CancellationToken,
 ) {
     let mut ticker = tokio::time::interval(every);
@@ -30,7 +32,7 @@ pub(crate) async fn heartbeat_loop(
             _ = ticker.tick() => {}
         }
         let expired = book.cancel_expired(Instant::now());
-        signals.leases_lost(expired);
+        record_lost(&signals, &metrics, expired);
         let leases = book.snapshot();
         if leases.is_empty() {
             continue;
@@ -43,11 +45,18 @@ pub(crate) async fn heartbeat_loop(
         match answer {
             Ok(renewed) => {
                 let lost = book.renewed(&leases, &renewed, sent_at, lease_for);
-                signals.leases_lost(lost);
+                record_lost(&signals, &metrics, lost);
             }
             Err(error) => {
                 tracing::warn!(%error, leases = leases.len(), "heartbeat failed; leases run out unless the next one succeeds");
             }
         }
+    }
+}
+
+fn record_lost(signals: &WorkerSignals, metrics: &Metrics, lost: usize) {
+    signals.leases_lost(lost);
+    for _ in 0..lost {
+        metrics.lease_lost();
     }
 }

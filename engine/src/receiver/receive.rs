@@ -31,6 +31,9 @@ pub(crate) async fn receive(
     let elapsed_us = u64::try_from(started.elapsed().as_micros()).unwrap_or(u64::MAX);
     match outcome {
         Ok(answer) => {
+            if let Some(outcome) = answer.received_outcome() {
+                shared.engine.metrics().event_received(source, outcome);
+            }
             tracing::info!(
                 status = 200,
                 outcome = answer.status_word(),
@@ -42,6 +45,7 @@ pub(crate) async fn receive(
         Err(rejection) => {
             let status = rejection.status().as_u16();
             let code = rejection.code();
+            shared.engine.metrics().delivery_rejected(source, code);
             if status >= 500 {
                 tracing::warn!(status, error = code, elapsed_us, "delivery not recorded");
             } else {

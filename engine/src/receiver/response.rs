@@ -58,6 +58,15 @@ impl Answer {
             Answer::Handshake(_) => "handshake",
         }
     }
+
+    /// The `outcome` label of `tickmark_events_received_total`, for answers
+    /// that recorded (or found) an event.
+    pub fn received_outcome(&self) -> Option<&'static str> {
+        match self {
+            Answer::Handshake(_) => None,
+            _ => Some(self.status_word()),
+        }
+    }
 }
 
 impl IntoResponse for Answer {

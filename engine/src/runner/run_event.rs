@@ -12,6 +12,7 @@ use super::run_step::{run_step, StepRun};
 use super::{WorkerConfig, WorkerSignals};
 use crate::claim::LeaseBook;
 use crate::context::StepOutputs;
+use crate::metrics::Metrics;
 use crate::plan::Plan;
 use crate::resources::Resources;
 use crate::store::transient::retry_transient;
@@ -22,6 +23,7 @@ use crate::store::{AfterFailure, ClaimedEvent, Lease, MarkDone, MarkFailed, Stor
 pub(crate) struct RunnerShared {
     pub store: Arc<dyn Store>,
     pub resources: Resources,
+    pub metrics: Arc<Metrics>,
     pub config: WorkerConfig,
     pub signals: WorkerSignals,
     pub book: Arc<LeaseBook>,
@@ -182,11 +184,18 @@ pub(crate) async fn run_event(
                     finished_at,
                     output_json: &output_json,
                 };
+                let mark_span = tracing::debug_span!("mark", event_id = %claimed.event.id, step = %planned.name, attempt);
                 let marked = match transaction {
                     // The transaction is spent by the attempt: no in-process retry.
-                    Some(transaction) => store.step_mark_done(&mark, Some(transaction)).await,
+                    Some(transaction) => {
+                        store
+                            .step_mark_done(&mark, Some(transaction))
+                            .instrument(mark_span)
+                            .await
+                    }
                     None => {
                         retry_transient("mark done", budget, || store.step_mark_done(&mark, None))
+                            .instrument(mark_span)
                             .await
                     }
                 };
@@ -195,6 +204,10 @@ pub(crate) async fn run_event(
                         let millis = (finished_at - started_at).num_milliseconds();
                         tracing::debug!(duration_ms = millis, "step done");
                         shared.signals.update(|s| s.steps_done += 1);
+                        shared.metrics.step_done(
+                            &planned.name,
+                            (finished_at - started_at).to_std().unwrap_or_default(),
+                        );
                         outputs.insert(planned.name.clone(), output);
                         attempt = 1;
                     }
@@ -234,6 +247,9 @@ pub(crate) async fn run_event(
                         EventEnd::RetryScheduled,
                     )
                 };
+                shared
+                    .metrics
+                    .step_failed(&planned.name, end == EventEnd::RetryScheduled);
                 if end == EventEnd::Dead {
                     tracing::error!(%error, "dead-lettering event");
                 } else {

@@ -13,6 +13,7 @@ use tracing::Instrument;
 use super::run_event::{run_event, EventEnd, RunnerShared};
 use super::{WorkerConfig, WorkerSignals, WorkerStats};
 use crate::claim::{heartbeat_loop, LeaseBook};
+use crate::metrics::Metrics;
 use crate::resources::Resources;
 use crate::store::{ClaimParams, ClaimedEvent, Store, StoreError, Wakeups};
 
@@ -25,15 +26,22 @@ const MIN_NAP: Duration = Duration::from_millis(10);
 pub struct Worker {
     store: Arc<dyn Store>,
     resources: Resources,
+    metrics: Arc<Metrics>,
     config: WorkerConfig,
     signals: WorkerSignals,
 }
 
 impl Worker {
-    pub(crate) fn new(store: Arc<dyn Store>, resources: Resources, config: WorkerConfig) -> Self {
+    pub(crate) fn new(
+        store: Arc<dyn Store>,
+        resources: Resources,
+        metrics: Arc<Metrics>,
+        config: WorkerConfig,
+    ) -> Self {
         Self {
             store,
             resources,
+            metrics,
             config,
             signals: WorkerSignals::default(),
         }
@@ -57,6 +65,7 @@ impl Worker {
         let shared = Arc::new(RunnerShared {
             store: Arc::clone(&self.store),
             resources: self.resources,
+            metrics: self.metrics,
             config: config.clone(),
             signals: self.signals.clone(),
             book: Arc::new(LeaseBook::default()),
@@ -70,6 +79,7 @@ impl Worker {
             config.lease,
             config.heartbeat_every,
             shared.signals.clone(),
+            Arc::clone(&shared.metrics),
             heartbeat_stop.clone(),
         ));
         tracing::info!(worker = %config.name, concurrency = config.concurrency, lease_s = config.lease.as_secs_f64(), backend = %shared.store.backend(), "worker started");
@@ -100,7 +110,13 @@ impl Worker {
                     limit,
                     lease_for: config.lease,
                 };
-                match shared.store.event_claim_many(&params).await {
+                let claim_span = tracing::debug_span!("claim", worker = %config.name, limit);
+                match shared
+                    .store
+                    .event_claim_many(&params)
+                    .instrument(claim_span)
+                    .await
+                {
                     Ok(events) => {
                         claim_failures = 0;
                         full_batch = events.len() == limit as usize;
@@ -220,6 +236,9 @@ fn spawn_event(
         s.in_flight += 1;
         s.takeovers += u64::from(took_over);
     });
+    if took_over {
+        shared.metrics.lease_takeover();
+    }
     let span = tracing::info_span!(
         "event",
         event_id = %claimed.event.id,

@@ -5,6 +5,7 @@
 //! fencing token; zero rows changed is [`StoreError::LeaseLost`], never ignored.
 //! The shared conformance suite in `tests/` runs against both backends.
 
+pub mod admin;
 mod decode;
 mod error;
 pub mod postgres;
@@ -20,8 +21,8 @@ use std::time::Duration;
 
 pub use error::StoreError;
 pub use records::{
-    AfterFailure, ClaimParams, ClaimedEvent, EventInsert, EventRecord, InsertOutcome, Lease,
-    MarkDone, MarkFailed, StepStatus,
+    AfterFailure, ClaimParams, ClaimedEvent, EventCounts, EventInsert, EventRecord, InsertOutcome,
+    Lease, MarkDone, MarkFailed, StepStatus,
 };
 pub use transaction::StepTransaction;
 pub use wakeups::Wakeups;
@@ -44,9 +45,10 @@ impl fmt::Display for Backend {
     }
 }
 
-/// Everything the engine asks of a database.
+/// Everything the engine asks of a database; the operator side is the
+/// [`Admin`](admin::Admin) supertrait.
 #[async_trait::async_trait]
-pub trait Store: Send + Sync + fmt::Debug {
+pub trait Store: admin::Admin + Send + Sync + fmt::Debug {
     /// Which database this is.
     fn backend(&self) -> Backend;
 
@@ -85,6 +87,9 @@ pub trait Store: Send + Sync + fmt::Debug {
 
     /// How many events are pending or running.
     async fn event_count_active(&self) -> Result<i64, StoreError>;
+
+    /// Events per state, and the age of the oldest due pending event.
+    async fn event_counts(&self) -> Result<EventCounts, StoreError>;
 
     /// One event by its row number.
     async fn event_get(&self, event_seq: i64) -> Result<Option<EventRecord>, StoreError>;

@@ -179,3 +179,12 @@ pub struct StepStatus {
     /// The stored output, once done.
     pub output: Option<serde_json::Value>,
 }
+
+/// How many events are in each state, for metrics and `tickmark status`.
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub struct EventCounts {
+    /// Rows per state (states with no rows are absent).
+    pub by_state: Vec<(EventState, i64)>,
+    /// How long the oldest due, unclaimed event has waited.
+    pub oldest_pending_age: Option<Duration>,
+}

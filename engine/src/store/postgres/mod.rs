@@ -2,6 +2,7 @@
 //! database. Claims use `FOR UPDATE SKIP LOCKED`; wake-ups use `LISTEN/NOTIFY`.
 //! Times come from the database clock (`now()`), so machines' clocks may differ.
 
+mod admin;
 mod sql;
 
 use std::time::Duration;
@@ -11,9 +12,9 @@ use sqlx::postgres::{PgListener, PgPool, PgPoolOptions, PgRow};
 use sqlx::Row;
 
 use super::{
-    decode, AfterFailure, Backend, ClaimParams, ClaimedEvent, EventInsert, EventRecord,
-    InsertOutcome, Lease, MarkDone, MarkFailed, StepStatus, StepTransaction, Store, StoreError,
-    Wakeups,
+    decode, AfterFailure, Backend, ClaimParams, ClaimedEvent, EventCounts, EventInsert,
+    EventRecord, InsertOutcome, Lease, MarkDone, MarkFailed, StepStatus, StepTransaction, Store,
+    StoreError, Wakeups,
 };
 use crate::event::{Event, EventState};
 use crate::store::transaction::Inner;
@@ -276,6 +277,22 @@ impl Store for PostgresStore {
         Ok(sqlx::query_scalar(sql::EVENT_COUNT_ACTIVE)
             .fetch_one(&self.pool)
             .await?)
+    }
+
+    async fn event_counts(&self) -> Result<EventCounts, StoreError> {
+        let rows: Vec<(String, i64)> = sqlx::query_as(sql::EVENT_COUNT_BY_STATE)
+            .fetch_all(&self.pool)
+            .await?;
+        let age: Option<f64> = sqlx::query_scalar(sql::EVENT_OLDEST_PENDING_AGE)
+            .fetch_one(&self.pool)
+            .await?;
+        Ok(EventCounts {
+            by_state: rows
+                .iter()
+                .map(|(state, count)| Ok((decode::state(state, "event state")?, *count)))
+                .collect::<Result<_, StoreError>>()?,
+            oldest_pending_age: age.map(|s| Duration::from_secs_f64(s.max(0.0))),
+        })
     }
 
     async fn event_get(&self, event_seq: i64) -> Result<Option<EventRecord>, StoreError> {

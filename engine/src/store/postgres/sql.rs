@@ -92,6 +92,15 @@ pub const EVENT_NEXT_DUE: &str = "
 pub const EVENT_COUNT_ACTIVE: &str =
     "SELECT count(*) FROM tickmark_events WHERE state IN ('pending', 'running')";
 
+/// Events per state.
+pub const EVENT_COUNT_BY_STATE: &str =
+    "SELECT state, count(*) FROM tickmark_events GROUP BY state ORDER BY state";
+
+/// Seconds the oldest due pending event has waited.
+pub const EVENT_OLDEST_PENDING_AGE: &str = "
+    SELECT extract(epoch FROM (now() - min(due_at)))::float8 FROM tickmark_events
+    WHERE state = 'pending' AND due_at <= now()";
+
 /// One event by row number.
 pub const EVENT_GET: &str = "
     SELECT id, source, dedup_key, kind, payload::text AS payload, received_at, state, step_count,

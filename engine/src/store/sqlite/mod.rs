@@ -9,6 +9,7 @@
 //! SQLite's busy handler. Several processes may share the file; they wait on
 //! `busy_timeout`. Times are the process clock's UTC, as fixed-width text.
 
+mod admin;
 mod sql;
 mod time;
 
@@ -26,9 +27,9 @@ use sqlx::{Row, Sqlite, SqliteConnection, Transaction};
 use tokio::sync::{watch, Mutex, OwnedMutexGuard};
 
 use super::{
-    decode, AfterFailure, Backend, ClaimParams, ClaimedEvent, EventInsert, EventRecord,
-    InsertOutcome, Lease, MarkDone, MarkFailed, StepStatus, StepTransaction, Store, StoreError,
-    Wakeups,
+    decode, AfterFailure, Backend, ClaimParams, ClaimedEvent, EventCounts, EventInsert,
+    EventRecord, InsertOutcome, Lease, MarkDone, MarkFailed, StepStatus, StepTransaction, Store,
+    StoreError, Wakeups,
 };
 use crate::event::{Event, EventState};
 use crate::store::transaction::Inner;
@@ -382,6 +383,31 @@ impl Store for SqliteStore {
         Ok(sqlx::query_scalar(sql::EVENT_COUNT_ACTIVE)
             .fetch_one(&self.pool)
             .await?)
+    }
+
+    async fn event_counts(&self) -> Result<EventCounts, StoreError> {
+        let rows: Vec<(String, i64)> = sqlx::query_as(sql::EVENT_COUNT_BY_STATE)
+            .fetch_all(&self.pool)
+            .await?;
+        let now = Utc::now();
+        let oldest: Option<String> = sqlx::query_scalar(sql::EVENT_OLDEST_PENDING)
+            .bind(format_time(now))
+            .fetch_one(&self.pool)
+            .await?;
+        Ok(EventCounts {
+            by_state: rows
+                .iter()
+                .map(|(state, count)| Ok((decode::state(state, "event state")?, *count)))
+                .collect::<Result<_, StoreError>>()?,
+            oldest_pending_age: match oldest {
+                Some(text) => Some(
+                    (now - parse_time(&text)?)
+                        .to_std()
+                        .unwrap_or(Duration::ZERO),
+                ),
+                None => None,
+            },
+        })
     }
 
     async fn event_get(&self, event_seq: i64) -> Result<Option<EventRecord>, StoreError> {

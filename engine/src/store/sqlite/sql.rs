@@ -79,6 +79,14 @@ pub const EVENT_NEXT_DUE: &str = "
 pub const EVENT_COUNT_ACTIVE: &str =
     "SELECT count(*) FROM tickmark_events WHERE state IN ('pending', 'running')";
 
+/// Events per state.
+pub const EVENT_COUNT_BY_STATE: &str =
+    "SELECT state, count(*) FROM tickmark_events GROUP BY state ORDER BY state";
+
+/// The due time of the oldest due pending event.
+pub const EVENT_OLDEST_PENDING: &str = "
+    SELECT min(due_at) FROM tickmark_events WHERE state = 'pending' AND due_at <= ?1";
+
 /// One event by row number.
 pub const EVENT_GET: &str = "
     SELECT id, source, dedup_key, kind, payload, received_at, state, step_count, next_step,
