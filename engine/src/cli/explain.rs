@@ -1,0 +1,487 @@
+//! One paragraph on why an event is where it is, and what would move it:
+//! derived from its record, its step-status table and its audit trail.
+
+use chrono::{DateTime, Utc};
+
+use super::format::{relative, time};
+use crate::event::{EventState, StepState};
+use crate::store::admin::AuditEntry;
+use crate::store::{EventRecord, StepStatus};
+
+/// What an explanation reads of one step-status row.
+#[derive(Debug, Clone)]
+pub(crate) struct StepView {
+    pub position: i32,
+    pub step: String,
+    pub idempotency_key: String,
+    pub state: StepState,
+    pub started_at: Option<DateTime<Utc>>,
+    pub last_error: Option<String>,
+    /// Its output says an operator marked it done by hand.
+    pub by_hand: bool,
+}
+
+impl From<&StepStatus> for StepView {
+    fn from(status: &StepStatus) -> Self {
+        Self {
+            position: status.position,
+            step: status.step.clone(),
+            idempotency_key: status.idempotency_key.clone(),
+            state: status.state,
+            started_at: status.started_at,
+            last_error: status.last_error.clone(),
+            by_hand: status
+                .output
+                .as_ref()
+                .is_some_and(|output| output.get("marked_done_by").is_some()),
+        }
+    }
+}
+
+/// What an explanation reads.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Facts<'a> {
+    pub record: &'a EventRecord,
+    pub steps: &'a [StepView],
+    pub audit: &'a [AuditEntry],
+    /// Attempts per step in the event's stored retry policy.
+    pub max_attempts: Option<u32>,
+    pub now: DateTime<Utc>,
+}
+
+impl Facts<'_> {
+    fn seq(&self) -> i64 {
+        self.record.event.seq
+    }
+
+    fn current(&self) -> Option<&StepView> {
+        usize::try_from(self.record.next_step)
+            .ok()
+            .and_then(|p| self.steps.get(p))
+    }
+
+    /// "step `send_receipt` (2 of 3)".
+    fn current_step(&self) -> String {
+        match self.current() {
+            Some(step) => format!(
+                "step `{}` ({} of {})",
+                step.step,
+                step.position + 1,
+                self.record.step_count
+            ),
+            None => format!(
+                "step {} of {}",
+                self.record.next_step + 1,
+                self.record.step_count
+            ),
+        }
+    }
+
+    fn step_name(&self) -> String {
+        self.current()
+            .map(|s| s.step.clone())
+            .unwrap_or_else(|| "NAME".to_owned())
+    }
+
+    /// "attempt 2 of 5".
+    fn attempt(&self, attempt: i32) -> String {
+        match self.max_attempts {
+            Some(max) => format!("attempt {attempt} of {max}"),
+            None => format!("attempt {attempt}"),
+        }
+    }
+
+    fn at(&self, when: DateTime<Utc>) -> String {
+        format!("{} ({})", time(when), relative(when, self.now))
+    }
+
+    /// Whether the lease of a running event has expired.
+    fn lease_expired(&self) -> bool {
+        match self.current().map(|step| step.state) {
+            Some(StepState::Interrupted) => true,
+            Some(StepState::Running) => false,
+            _ => self.record.due_at <= self.now,
+        }
+    }
+
+    fn last_action(&self, action: &str) -> Option<&AuditEntry> {
+        self.audit.iter().rev().find(|entry| entry.action == action)
+    }
+
+    fn error(&self) -> String {
+        self.record
+            .last_error
+            .clone()
+            .or_else(|| self.current().and_then(|s| s.last_error.clone()))
+            .unwrap_or_else(|| "no error was recorded".to_owned())
+    }
+}
+
+/// The paragraph for `tickmark events explain` (and the top of `events show`).
+pub(crate) fn explain(facts: &Facts<'_>) -> String {
+    let record = facts.record;
+    let seq = facts.seq();
+    let mut text = match record.state {
+        EventState::Pending => pending(facts),
+        // The view's derived step state uses the lease's own clock (the
+        // database's, on PostgreSQL); the record's time is the fallback.
+        EventState::Running if !facts.lease_expired() => {
+            let started = facts
+                .current()
+                .and_then(|s| s.started_at)
+                .map(|at| format!(", started {}", facts.at(at)))
+                .unwrap_or_default();
+            format!(
+                "Leased by {} until {}, running {}, {}{started}. Its worker renews the lease \
+                 while the step runs; if the worker dies, the lease runs out and another worker \
+                 takes the event over.",
+                record.lease_owner.as_deref().unwrap_or("a worker"),
+                facts.at(record.due_at),
+                facts.current_step(),
+                facts.attempt(record.attempt),
+            )
+        }
+        EventState::Running => {
+            let key = facts
+                .current()
+                .map(|s| format!(" `{}`", s.idempotency_key))
+                .unwrap_or_default();
+            format!(
+                "Interrupted: the lease of {} expired at {} before {}, {}, was marked, so the \
+                 step's outcome is unknown (its worker died, stalled or lost the database). The \
+                 next claim by any running worker takes it over and re-runs the step with the \
+                 same idempotency key{key}. If it stays here, no worker is running against this \
+                 database.",
+                record.lease_owner.as_deref().unwrap_or("its worker"),
+                facts.at(record.due_at),
+                facts.current_step(),
+                facts.attempt(record.attempt),
+            )
+        }
+        EventState::Parked => format!(
+            "Parked since {} at {}: {}. It waits for an operator: deploy a build that has this \
+             step type, then `tickmark events retry {seq}`.",
+            record
+                .finished_at
+                .map(|at| facts.at(at))
+                .unwrap_or_else(|| "an unknown time".to_owned()),
+            facts.current_step(),
+            facts.error(),
+        ),
+        EventState::Dead => {
+            let key = facts
+                .current()
+                .map(|s| format!(" `{}`", s.idempotency_key))
+                .unwrap_or_default();
+            let done = record.next_step;
+            format!(
+                "Dead since {}: {} failed after {} attempt(s): {}. {} It waits for an operator: \
+                 fix the cause, then `tickmark events retry {seq}` (the step runs again with the \
+                 same idempotency key{key}); if it was handled by hand, `tickmark steps \
+                 mark-done {seq} {name} --reason …` (or `steps skip`); or `tickmark events \
+                 cancel {seq}`.",
+                record
+                    .finished_at
+                    .map(|at| facts.at(at))
+                    .unwrap_or_else(|| "an unknown time".to_owned()),
+                facts.current_step(),
+                record.attempt,
+                facts.error(),
+                match done {
+                    0 => "No step had finished.".to_owned(),
+                    1 => "The step before it is done and stays done.".to_owned(),
+                    n => format!("The {n} steps before it are done and stay done."),
+                },
+                name = facts.step_name(),
+            )
+        }
+        EventState::Done => {
+            let skipped = facts
+                .steps
+                .iter()
+                .filter(|s| s.state == StepState::Skipped)
+                .count();
+            let by_hand = facts.steps.iter().filter(|s| s.by_hand).count();
+            let mut notes = Vec::new();
+            if skipped > 0 {
+                notes.push(format!("{skipped} skipped"));
+            }
+            if by_hand > 0 {
+                notes.push(format!("{by_hand} marked done by hand"));
+            }
+            format!(
+                "Done at {}: all {} step(s) finished{}. Nothing more runs; to run steps again, \
+                 `tickmark events retry {seq} --from-step NAME` (earlier steps stay done, later \
+                 ones re-run with the same idempotency keys).",
+                record
+                    .finished_at
+                    .map(|at| facts.at(at))
+                    .unwrap_or_else(|| "an unknown time".to_owned()),
+                record.step_count,
+                if notes.is_empty() {
+                    String::new()
+                } else {
+                    format!(" ({})", notes.join(", "))
+                },
+            )
+        }
+        EventState::Cancelled => {
+            let by = match facts.last_action("cancel") {
+                Some(entry) => format!(
+                    "Cancelled by {} at {}{}",
+                    entry.actor,
+                    facts.at(entry.at),
+                    entry
+                        .reason
+                        .as_deref()
+                        .map(|r| format!(" (reason: {r})"))
+                        .unwrap_or_default()
+                ),
+                None => format!(
+                    "Cancelled at {}",
+                    record
+                        .finished_at
+                        .map(|at| facts.at(at))
+                        .unwrap_or_else(|| "an unknown time".to_owned())
+                ),
+            };
+            format!(
+                "{by}, at {}. Nothing runs for it; `tickmark events retry {seq}` would re-queue \
+                 it at that step.",
+                facts.current_step()
+            )
+        }
+        EventState::Ignored => format!(
+            "Ignored: no handler was registered for source `{}` and kind `{}` when it arrived \
+             ({}), so nothing runs. It is kept so that redeliveries are recognised as duplicates; \
+             a handler registered later does not apply to it.",
+            record.event.source,
+            record.event.kind,
+            facts.at(record.event.received_at),
+        ),
+        other => format!(
+            "{}{}: it ended without running its steps and stays that way. {}",
+            capitalised(other.as_str()),
+            record
+                .finished_at
+                .map(|at| format!(" since {}", facts.at(at)))
+                .unwrap_or_default(),
+            record.last_error.as_deref().unwrap_or_default(),
+        )
+        .trim_end()
+        .to_owned(),
+    };
+    if record.takeovers > 0 {
+        text.push_str(&format!(
+            " Its lease has been taken over {} time(s) after a worker stopped.",
+            record.takeovers
+        ));
+    }
+    if let Some(retry) = facts.last_action("retry") {
+        if record.state.is_active() {
+            text.push_str(&format!(
+                " Re-queued by {} at {}{}.",
+                retry.actor,
+                time(retry.at),
+                retry
+                    .reason
+                    .as_deref()
+                    .map(|r| format!(" (reason: {r})"))
+                    .unwrap_or_default()
+            ));
+        }
+    }
+    text
+}
+
+fn pending(facts: &Facts<'_>) -> String {
+    let record = facts.record;
+    if record.due_at > facts.now {
+        let failed = facts
+            .current()
+            .is_some_and(|s| s.state == StepState::Retrying);
+        return if failed {
+            format!(
+                "Waiting until {} to retry {}: {} failed: {}. Attempt {} runs then.",
+                facts.at(record.due_at),
+                facts.current_step(),
+                facts.attempt(record.attempt),
+                facts.error(),
+                record.attempt + 1,
+            )
+        } else if let Some(note) = &record.last_error {
+            format!(
+                "Waiting until {} to run {}: {note}.",
+                facts.at(record.due_at),
+                facts.current_step()
+            )
+        } else {
+            format!(
+                "Delayed: not to run before {}; then {} runs.",
+                facts.at(record.due_at),
+                facts.current_step()
+            )
+        };
+    }
+    let waited = (facts.now - record.due_at).to_std().unwrap_or_default();
+    let mut text = format!(
+        "Queued: due since {}, waiting for a free worker to run {} as {}.",
+        facts.at(record.due_at),
+        facts.current_step(),
+        facts.attempt(record.attempt + 1),
+    );
+    if let Some(error) = &record.last_error {
+        text.push_str(&format!(" The last attempt ended: {error}."));
+    }
+    if waited > std::time::Duration::from_secs(60) {
+        text.push_str(
+            " Nothing has claimed it for over a minute: check that workers are running, reach \
+             this database, and are not all busy (`tickmark status`).",
+        );
+    }
+    text
+}
+
+fn capitalised(word: &str) -> String {
+    let mut chars = word.chars();
+    match chars.next() {
+        Some(first) => first.to_uppercase().chain(chars).collect(),
+        None => String::new(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use chrono::TimeZone;
+
+    use super::*;
+    use crate::event::Event;
+
+    fn now() -> DateTime<Utc> {
+        Utc.with_ymd_and_hms(2026, 11, 30, 6, 0, 0).unwrap()
+    }
+
+    fn record(state: EventState, next_step: i32, attempt: i32) -> EventRecord {
+        EventRecord {
+            event: Event {
+                seq: 42,
+                source: "stripe".into(),
+                id: "evt_1".into(),
+                kind: "invoice.paid".into(),
+                payload: serde_json::json!({}),
+                received_at: now() - chrono::Duration::hours(1),
+            },
+            state,
+            step_count: 2,
+            next_step,
+            attempt,
+            due_at: now(),
+            lease_owner: Some("worker-a".into()),
+            lease_token: 3,
+            takeovers: 0,
+            last_error: None,
+            finished_at: None,
+        }
+    }
+
+    fn steps(current: StepState) -> Vec<StepView> {
+        ["charge", "send_receipt"]
+            .iter()
+            .zip(0..)
+            .map(|(name, position)| StepView {
+                position,
+                step: (*name).into(),
+                idempotency_key: format!("stripe:evt_1:{name}"),
+                state: if position == 0 {
+                    StepState::Done
+                } else {
+                    current
+                },
+                started_at: Some(now() - chrono::Duration::minutes(2)),
+                last_error: None,
+                by_hand: false,
+            })
+            .collect()
+    }
+
+    fn say(record: &EventRecord, steps: &[StepView], audit: &[AuditEntry]) -> String {
+        explain(&Facts {
+            record,
+            steps,
+            audit,
+            max_attempts: Some(5),
+            now: now(),
+        })
+    }
+
+    #[test]
+    fn a_retrying_event_says_until_when_and_why() {
+        let mut r = record(EventState::Pending, 1, 2);
+        r.due_at = now() + chrono::Duration::seconds(30);
+        r.last_error = Some("HTTP 503".into());
+        let text = say(&r, &steps(StepState::Retrying), &[]);
+        assert!(
+            text.starts_with("Waiting until 2026-11-30T06:00:30Z (in 30s)"),
+            "{text}"
+        );
+        assert!(text.contains("step `send_receipt` (2 of 2)"), "{text}");
+        assert!(text.contains("attempt 2 of 5 failed: HTTP 503"), "{text}");
+    }
+
+    #[test]
+    fn a_leased_event_names_its_worker_and_an_expired_one_is_interrupted() {
+        let mut r = record(EventState::Running, 1, 1);
+        r.due_at = now() + chrono::Duration::seconds(20);
+        let text = say(&r, &steps(StepState::Running), &[]);
+        assert!(text.starts_with("Leased by worker-a until"), "{text}");
+        assert!(
+            text.contains("started 2026-11-30T05:58:00Z (2m ago)"),
+            "{text}"
+        );
+        r.due_at = now() - chrono::Duration::seconds(20);
+        let text = say(&r, &steps(StepState::Interrupted), &[]);
+        assert!(
+            text.starts_with("Interrupted: the lease of worker-a expired"),
+            "{text}"
+        );
+        assert!(text.contains("stripe:evt_1:send_receipt"), "{text}");
+    }
+
+    #[test]
+    fn dead_parked_done_and_cancelled_say_what_to_do() {
+        let mut r = record(EventState::Dead, 1, 5);
+        r.finished_at = Some(now());
+        r.last_error = Some("card declined".into());
+        let text = say(&r, &steps(StepState::Dead), &[]);
+        assert!(text.contains("after 5 attempt(s): card declined"), "{text}");
+        assert!(text.contains("tickmark events retry 42"), "{text}");
+
+        r.state = EventState::Parked;
+        r.last_error = Some("step `x` has type `y_v2`, which this build does not know".into());
+        let text = say(&r, &steps(StepState::Parked), &[]);
+        assert!(text.contains("deploy a build"), "{text}");
+
+        let mut done = record(EventState::Done, 2, 1);
+        done.finished_at = Some(now());
+        assert!(say(&done, &steps(StepState::Skipped), &[]).contains("(1 skipped)"));
+
+        let cancelled = record(EventState::Cancelled, 1, 1);
+        let audit = [AuditEntry {
+            id: 1,
+            event_seq: 42,
+            at: now(),
+            actor: "ana@ops".into(),
+            action: "cancel".into(),
+            step: None,
+            reason: Some("duplicate order".into()),
+            detail: None,
+        }];
+        let text = say(&cancelled, &steps(StepState::Cancelled), &audit);
+        assert!(
+            text.starts_with(
+                "Cancelled by ana@ops at 2026-11-30T06:00:00Z (now) (reason: duplicate order)"
+            ),
+            "{text}"
+        );
+    }
+}

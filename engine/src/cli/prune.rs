@@ -1,0 +1,189 @@
+//! `tickmark prune`: forget finished events older than a window, in batches,
+//! refusing a window shorter than the providers' retry windows.
+
+use std::io::{IsTerminal, Write};
+use std::time::{Duration, Instant};
+
+use clap::Args;
+use serde::Serialize;
+
+use super::duration::{self, human};
+use super::retry_windows::{longest, PROVIDER_RETRY_WINDOWS, UNKNOWN_SOURCE_WINDOW};
+use super::{Failure, Output};
+use crate::store::Store;
+
+pub(crate) const LONG_ABOUT: &str = "\
+Delete finished events (done, ignored, cancelled, stale; dead ones too with
+--include-dead) received more than --older-than ago, oldest first, in batches of --batch
+events per transaction, with their step rows and audit rows. Pending and running events
+are never deleted. Safe against a running fleet, and safe to interrupt: each batch
+commits on its own.
+
+An event's dedup key is forgotten with it: a provider that redelivers it afterwards has
+it accepted as new and run again. So the window must exceed the longest retry window
+among the sources in the database (stripe 3d, standard_webhooks 3d, svix 28h, shopify
+4h; any other source counts as 3d). A shorter window is refused unless --i-know.";
+
+pub(crate) const AFTER_HELP: &str = "\
+Examples:
+  tickmark prune --older-than 30d
+  tickmark prune --older-than 90d --include-dead --batch 5000
+  tickmark prune --older-than 1h --i-know       # a test database: no provider retries
+
+Progress (batches, running total, rate) goes to stderr when it is a terminal, or with
+--progress. Exits 4 when the window is refused.";
+
+#[derive(Debug, Args)]
+pub(crate) struct PruneArgs {
+    /// Delete events received longer ago than this: 90s, 15m, 4h, 3d, 1w
+    #[arg(long, value_name = "DURATION", value_parser = duration::parse)]
+    older_than: Duration,
+    /// Delete dead events too (they wait for an operator: deleting them gives them up)
+    #[arg(long)]
+    include_dead: bool,
+    /// Allow a window shorter than the providers' retry windows
+    #[arg(long)]
+    i_know: bool,
+    /// Events deleted per transaction
+    #[arg(long, default_value_t = 1000, value_parser = clap::value_parser!(u32).range(1..=100_000))]
+    batch: u32,
+    /// Show progress on stderr even when it is not a terminal
+    #[arg(long)]
+    progress: bool,
+}
+
+#[derive(Serialize)]
+struct Pruned {
+    deleted: u64,
+    batches: u32,
+    older_than_seconds: u64,
+    include_dead: bool,
+    states: Vec<&'static str>,
+    seconds: f64,
+}
+
+pub(crate) async fn run(store: &dyn Store, out: Output, args: PruneArgs) -> Result<(), Failure> {
+    if !args.i_know {
+        let sources = store.sources().await?;
+        if let Some((source, window)) = longest(&sources) {
+            if args.older_than < window {
+                return Err(Failure::Refused(refusal(args.older_than, source, window)));
+            }
+        }
+    }
+
+    let mut states = vec!["done", "ignored", "cancelled", "stale"];
+    if args.include_dead {
+        states.push("dead");
+    }
+    let mut progress = Progress::new(args.progress);
+    let started = Instant::now();
+    let (mut deleted, mut batches) = (0_u64, 0_u32);
+    loop {
+        let batch = store
+            .event_prune(args.older_than, args.include_dead, args.batch)
+            .await?;
+        if batch > 0 {
+            deleted += batch;
+            batches += 1;
+            progress.batch(batches, deleted, started.elapsed());
+        }
+        if batch < u64::from(args.batch) {
+            break;
+        }
+    }
+    progress.finish();
+
+    let pruned = Pruned {
+        deleted,
+        batches,
+        older_than_seconds: args.older_than.as_secs(),
+        include_dead: args.include_dead,
+        states,
+        seconds: started.elapsed().as_secs_f64(),
+    };
+    out.emit(&pruned, || {
+        format!(
+            "deleted {} event(s) ({}) received more than {} ago, with their steps and audit \
+             rows, in {} batch(es)\n",
+            pruned.deleted,
+            pruned.states.join(", "),
+            human(args.older_than),
+            pruned.batches
+        )
+    })
+}
+
+fn refusal(older_than: Duration, source: &str, window: Duration) -> String {
+    let known = PROVIDER_RETRY_WINDOWS
+        .iter()
+        .map(|(name, window, _)| format!("{name} {}", human(*window)))
+        .collect::<Vec<_>>()
+        .join(", ");
+    format!(
+        "--older-than {} is shorter than the retry window of source `{source}` ({}): a \
+         redelivery of a pruned event would be accepted as new and run again. Use \
+         --older-than {} or more, or add --i-know if no provider will redeliver (retry \
+         windows: {known}; other sources {})",
+        human(older_than),
+        human(window),
+        human(window),
+        human(UNKNOWN_SOURCE_WINDOW)
+    )
+}
+
+/// Batches, running total and rate on stderr: rewritten in place on a
+/// terminal, one line per batch with `--progress` otherwise.
+struct Progress {
+    terminal: bool,
+    shown: bool,
+}
+
+impl Progress {
+    fn new(forced: bool) -> Self {
+        let terminal = std::io::stderr().is_terminal();
+        Self {
+            terminal,
+            shown: terminal || forced,
+        }
+    }
+
+    fn batch(&mut self, batches: u32, deleted: u64, elapsed: Duration) {
+        if !self.shown {
+            return;
+        }
+        let rate = deleted as f64 / elapsed.as_secs_f64().max(0.001);
+        let line = format!("pruned {batches} batch(es), {deleted} event(s), {rate:.0}/s");
+        let mut stderr = std::io::stderr().lock();
+        let _ = if self.terminal {
+            write!(stderr, "\r{line}\x1b[K")
+        } else {
+            writeln!(stderr, "{line}")
+        };
+        let _ = stderr.flush();
+    }
+
+    fn finish(&self) {
+        if self.shown && self.terminal {
+            eprintln!();
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_refusal_names_the_source_the_window_and_the_way_out() {
+        let text = refusal(
+            Duration::from_secs(3600),
+            "stripe",
+            Duration::from_secs(3 * 86_400),
+        );
+        assert!(text.contains("--older-than 1h"), "{text}");
+        assert!(text.contains("`stripe` (3d)"), "{text}");
+        assert!(text.contains("--i-know"), "{text}");
+        assert!(text.contains("shopify 4h"), "{text}");
+    }
+}

@@ -1,0 +1,268 @@
+//! `GET /events`: the event list, newest first, with filters; or the events
+//! an operator's id finds.
+
+use std::fmt::Write as _;
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::extract::{RawQuery, State};
+use axum::http::StatusCode;
+
+use super::{badge, clip, options};
+use crate::dashboard::html::{self, Page, Text};
+use crate::dashboard::links::Base;
+use crate::dashboard::{store_failure, Shared};
+use crate::event::EventState;
+use crate::store::admin::EventFilter;
+use crate::store::EventRecord;
+
+/// Rows shown when the query names no limit.
+const DEFAULT_LIMIT: u32 = 100;
+/// The most rows one page shows.
+const MAX_LIMIT: u32 = 1000;
+
+/// The list's query, as typed (re-shown in the form).
+#[derive(Debug, Default, Clone, PartialEq)]
+struct Query {
+    state: String,
+    source: String,
+    kind: String,
+    since: String,
+    limit: String,
+    id: String,
+}
+
+impl Query {
+    fn parse(raw: Option<&str>) -> Self {
+        let mut query = Query::default();
+        for (key, value) in form_urlencoded::parse(raw.unwrap_or("").as_bytes()) {
+            let value = value.trim().to_owned();
+            match key.as_ref() {
+                "state" => query.state = value,
+                "source" => query.source = value,
+                "kind" => query.kind = value,
+                "since" => query.since = value,
+                "limit" => query.limit = value,
+                "id" => query.id = value,
+                _ => {}
+            }
+        }
+        query
+    }
+
+    /// The store's filter, or why the query is not one.
+    fn filter(&self) -> Result<EventFilter, String> {
+        let state = match self.state.as_str() {
+            "" => None,
+            name => Some(name.parse::<EventState>().map_err(|_| {
+                format!(
+                    "unknown state `{name}`; the states are {}",
+                    EventState::ALL.map(EventState::as_str).join(", ")
+                )
+            })?),
+        };
+        let since = match self.since.as_str() {
+            "" => None,
+            text => Some(parse_since(text).ok_or_else(|| {
+                format!("`since` must be a number and a unit (s, m, h, d), like 15m or 7d; got `{text}`")
+            })?),
+        };
+        let limit = match self.limit.as_str() {
+            "" => DEFAULT_LIMIT,
+            text => text
+                .parse::<u32>()
+                .ok()
+                .filter(|n| (1..=MAX_LIMIT).contains(n))
+                .ok_or_else(|| format!("`limit` must be 1 to {MAX_LIMIT}; got `{text}`"))?,
+        };
+        Ok(EventFilter {
+            state,
+            source: non_empty(&self.source),
+            kind: non_empty(&self.kind),
+            since,
+            limit,
+        })
+    }
+}
+
+fn non_empty(text: &str) -> Option<String> {
+    (!text.is_empty()).then(|| text.to_owned())
+}
+
+/// `90s`, `15m`, `24h`, `7d`.
+fn parse_since(text: &str) -> Option<Duration> {
+    let unit_at = text.find(|c: char| !c.is_ascii_digit())?;
+    let (number, unit) = text.split_at(unit_at);
+    let number: u64 = number.parse().ok()?;
+    let seconds = match unit {
+        "s" => 1,
+        "m" => 60,
+        "h" => 3_600,
+        "d" => 86_400,
+        _ => return None,
+    };
+    number.checked_mul(seconds).map(Duration::from_secs)
+}
+
+pub(crate) async fn page(
+    State(shared): State<Arc<Shared>>,
+    base: Base,
+    RawQuery(raw): RawQuery,
+) -> Page {
+    let query = Query::parse(raw.as_deref());
+    let store = shared.engine.store();
+    let filter = match query.filter() {
+        Ok(filter) => filter,
+        Err(message) => {
+            return Page::message(&base.0, StatusCode::BAD_REQUEST, "Bad filter", &message)
+        }
+    };
+    let (heading, events) = if query.id.is_empty() {
+        match store.event_list(&filter).await {
+            Ok(events) => ("Events".to_owned(), events),
+            Err(error) => return store_failure(&base, &error),
+        }
+    } else {
+        match store
+            .event_lookup(&query.id, filter.source.as_deref())
+            .await
+        {
+            Ok(events) => (format!("Events found for `{}`", query.id), events),
+            Err(error) => return store_failure(&base, &error),
+        }
+    };
+    // The sources offered in the filter; the list still works without them.
+    let sources = store.sources().await.unwrap_or_default();
+
+    let mut body = String::with_capacity(8192);
+    let _ = writeln!(body, "<h1>{}</h1>", Text(&heading));
+    body.push_str(&filter_form(&base, &query, &sources));
+    if events.is_empty() {
+        body.push_str("<p class=\"muted\" id=\"no-events\">No events match.</p>\n");
+    } else {
+        body.push_str(&table(&base, &events));
+        if query.id.is_empty() && events.len() >= filter.limit as usize {
+            let _ = writeln!(
+                body,
+                "<p class=\"muted\">Showing the newest {}; narrow the filters or raise the limit to see more.</p>",
+                filter.limit
+            );
+        }
+    }
+    Page::ok(&base.0, heading, body)
+}
+
+fn filter_form(base: &Base, query: &Query, sources: &[String]) -> String {
+    let states = std::iter::once(("", "any"))
+        .chain(EventState::ALL.map(|state| (state.as_str(), state.as_str())));
+    let mut source_options = vec![("", "any")];
+    source_options.extend(sources.iter().map(|s| (s.as_str(), s.as_str())));
+    if !query.source.is_empty() && !sources.contains(&query.source) {
+        source_options.push((query.source.as_str(), query.source.as_str()));
+    }
+    let since = [
+        ("", "any time"),
+        ("15m", "15 minutes"),
+        ("1h", "1 hour"),
+        ("24h", "24 hours"),
+        ("7d", "7 days"),
+    ];
+    let mut since_options: Vec<(&str, &str)> = since.to_vec();
+    if !since.iter().any(|(value, _)| *value == query.since) {
+        since_options.push((query.since.as_str(), query.since.as_str()));
+    }
+    format!(
+        "<form class=\"filters\" method=\"get\" action=\"{action}\">\n\
+         <label>state<select name=\"state\">{states}</select></label>\n\
+         <label>source<select name=\"source\">{sources}</select></label>\n\
+         <label>kind<input name=\"kind\" value=\"{kind}\" placeholder=\"order.paid\"></label>\n\
+         <label>received within<select name=\"since\">{since}</select></label>\n\
+         <label>limit<input name=\"limit\" value=\"{limit}\" size=\"5\" placeholder=\"{DEFAULT_LIMIT}\"></label>\n\
+         <button type=\"submit\">Filter</button>\n\
+         <label>or find by # or event id<input name=\"id\" value=\"{id}\" placeholder=\"42 or evt_…\"></label>\n\
+         <button type=\"submit\" class=\"secondary\">Find</button>\n\
+         <a href=\"{action}\">clear</a>\n</form>\n",
+        action = Text(base.events([])),
+        states = options(states, &query.state),
+        sources = options(source_options, &query.source),
+        kind = Text(&query.kind),
+        since = options(since_options, &query.since),
+        limit = Text(&query.limit),
+        id = Text(&query.id),
+    )
+}
+
+fn table(base: &Base, events: &[EventRecord]) -> String {
+    let mut out = String::from(
+        "<table class=\"data\" id=\"events\">\n<tr><th class=\"num\">#</th><th>received</th><th>source</th>\
+         <th>event id</th><th>kind</th><th>state</th><th class=\"num\">step</th>\
+         <th class=\"num\">attempt</th><th>last error</th></tr>\n",
+    );
+    for record in events {
+        let event = &record.event;
+        let class = match record.state {
+            EventState::Dead => " class=\"fail\"",
+            EventState::Parked => " class=\"warn\"",
+            _ => "",
+        };
+        let step = if record.step_count == 0 {
+            "–".to_owned()
+        } else if record.state == EventState::Done {
+            format!("{0}/{0}", record.step_count)
+        } else {
+            format!("{}/{}", record.next_step + 1, record.step_count)
+        };
+        let _ = writeln!(
+            out,
+            "<tr{class}><td class=\"num\"><a href=\"{link}\">{seq}</a></td><td>{received}</td>\
+             <td>{source}</td><td class=\"wrap\"><a href=\"{link}\">{id}</a></td><td>{kind}</td>\
+             <td>{state}</td><td class=\"num\">{step}</td><td class=\"num\">{attempt}</td>\
+             <td class=\"error\">{error}</td></tr>",
+            link = Text(base.event(event.seq)),
+            seq = event.seq,
+            received = Text(html::time(&event.received_at)),
+            source = Text(&event.source),
+            id = Text(&event.id),
+            kind = Text(&event.kind),
+            state = badge(record.state.as_str()),
+            step = Text(step),
+            attempt = record.attempt,
+            error = Text(clip(record.last_error.as_deref().unwrap_or(""), 160)),
+        );
+    }
+    out.push_str("</table>\n");
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn since_takes_a_number_and_a_unit() {
+        assert_eq!(parse_since("90s"), Some(Duration::from_secs(90)));
+        assert_eq!(parse_since("15m"), Some(Duration::from_secs(900)));
+        assert_eq!(parse_since("7d"), Some(Duration::from_secs(7 * 86_400)));
+        for bad in ["", "m", "15", "15x", "-1h", "1.5h", "99999999999999999999d"] {
+            assert_eq!(parse_since(bad), None, "{bad}");
+        }
+    }
+
+    #[test]
+    fn a_query_becomes_a_filter_or_a_message() {
+        let query = Query::parse(Some("state=dead&source=shop&kind=&since=1h&limit=5&x=1"));
+        let filter = query.filter().unwrap();
+        assert_eq!(filter.state, Some(EventState::Dead));
+        assert_eq!(filter.source.as_deref(), Some("shop"));
+        assert_eq!(filter.kind, None);
+        assert_eq!(filter.since, Some(Duration::from_secs(3600)));
+        assert_eq!(filter.limit, 5);
+        assert_eq!(Query::parse(None).filter().unwrap().limit, DEFAULT_LIMIT);
+        assert!(Query::parse(Some("state=exploded"))
+            .filter()
+            .unwrap_err()
+            .contains("unknown state"));
+        assert!(Query::parse(Some("limit=0")).filter().is_err());
+        assert!(Query::parse(Some("since=soon")).filter().is_err());
+    }
+}

@@ -1,0 +1,167 @@
+//! `POST /events/{seq}/retry`: the retry button.
+//!
+//! The token is checked first, before anything is read or changed: a
+//! request without it (as `Authorization: Bearer …` or the form's `token`
+//! field) is answered 401 and changes nothing. A re-queued event redirects
+//! (303) to its page, where the audit trail shows the retry; a refused one
+//! shows the event page with the store's reason.
+
+use std::sync::Arc;
+
+use axum::body::Bytes;
+use axum::extract::rejection::{BytesRejection, PathRejection};
+use axum::extract::{Path, State};
+use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Response};
+
+use super::auth::unauthorized;
+use super::html::Page;
+use super::links::Base;
+use super::pages::event::{no_such_event, render, Notice};
+use super::{store_failure, Shared};
+use crate::store::admin::{Actor, AdminError, RetryRequest};
+
+/// The retry form's fields.
+#[derive(Debug, Default, PartialEq)]
+struct RetryForm {
+    token: String,
+    from_step: String,
+    force: bool,
+    reason: String,
+}
+
+impl RetryForm {
+    fn parse(body: &[u8]) -> Self {
+        let mut form = RetryForm::default();
+        for (key, value) in form_urlencoded::parse(body) {
+            match key.as_ref() {
+                "token" => form.token = value.into_owned(),
+                "from_step" => form.from_step = value.trim().to_owned(),
+                "force" => form.force = matches!(value.as_ref(), "1" | "on" | "true" | "yes"),
+                "reason" => form.reason = value.trim().to_owned(),
+                _ => {}
+            }
+        }
+        form
+    }
+}
+
+pub(crate) async fn retry(
+    State(shared): State<Arc<Shared>>,
+    base: Base,
+    seq: Result<Path<i64>, PathRejection>,
+    headers: HeaderMap,
+    body: Result<Bytes, BytesRejection>,
+) -> Response {
+    let body = match body {
+        Ok(body) => body,
+        Err(rejection) => {
+            return Page::message(
+                &base.0,
+                rejection.status(),
+                "Bad form",
+                "The form could not be read (too large, or cut off).",
+            )
+            .into_response()
+        }
+    };
+    let form = RetryForm::parse(&body);
+    let Some(token) = &shared.token else {
+        return unauthorized(
+            &base,
+            "Retry is off: the dashboard has no token configured. Nothing was changed.",
+        );
+    };
+    if !(token.matches_bearer(&headers) || token.matches(&form.token)) {
+        tracing::warn!("dashboard: retry refused, missing or wrong token");
+        return unauthorized(&base, "The token is missing or wrong. Nothing was changed.");
+    }
+    let Ok(Path(seq)) = seq else {
+        return no_such_event(&base).into_response();
+    };
+
+    let request = RetryRequest {
+        event_seq: seq,
+        from_step: (!form.from_step.is_empty()).then_some(form.from_step.as_str()),
+        force: form.force,
+        actor: Actor {
+            who: &shared.actor,
+            reason: (!form.reason.is_empty()).then_some(form.reason.as_str()),
+        },
+    };
+    match shared.engine.store().event_retry(&request).await {
+        Ok(record) => {
+            tracing::info!(
+                event_seq = seq,
+                state = %record.state,
+                from_step = request.from_step,
+                actor = %shared.actor,
+                "dashboard: event re-queued"
+            );
+            see_other(&base.event(seq))
+        }
+        Err(AdminError::NotFound(_)) => no_such_event(&base).into_response(),
+        Err(AdminError::Store(error)) => store_failure(&base, &error).into_response(),
+        Err(AdminError::Refused(reason)) => {
+            refused(&shared, &base, seq, StatusCode::CONFLICT, &reason).await
+        }
+        Err(unknown @ AdminError::UnknownStep { .. }) => {
+            refused(
+                &shared,
+                &base,
+                seq,
+                StatusCode::BAD_REQUEST,
+                &unknown.to_string(),
+            )
+            .await
+        }
+    }
+}
+
+/// The event page with why the retry was not done.
+async fn refused(
+    shared: &Shared,
+    base: &Base,
+    seq: i64,
+    status: StatusCode,
+    reason: &str,
+) -> Response {
+    tracing::info!(event_seq = seq, reason, "dashboard: retry refused");
+    let notice = Notice {
+        status,
+        message: format!("Not retried: {reason}"),
+    };
+    render(shared, base, seq, Some(notice))
+        .await
+        .into_response()
+}
+
+/// 303 See Other to `location` (a path built by [`Base`]).
+fn see_other(location: &str) -> Response {
+    match HeaderValue::from_str(location) {
+        Ok(value) => (StatusCode::SEE_OTHER, [(header::LOCATION, value)]).into_response(),
+        Err(_) => StatusCode::INTERNAL_SERVER_ERROR.into_response(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_form_is_read_leniently_but_exactly() {
+        let form =
+            RetryForm::parse(b"token=a%2Bb+c&from_step=+send+&force=on&reason=fixed&extra=1");
+        assert_eq!(
+            form,
+            RetryForm {
+                token: "a+b c".into(),
+                from_step: "send".into(),
+                force: true,
+                reason: "fixed".into(),
+            }
+        );
+        assert_eq!(RetryForm::parse(b""), RetryForm::default());
+        assert!(!RetryForm::parse(b"force=0").force);
+    }
+}

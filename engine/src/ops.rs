@@ -1,0 +1,78 @@
+//! The operations router: what monitoring and operators reach, kept apart
+//! from the webhook receiver so it can listen on a private address.
+//!
+//! | route | answer |
+//! |---|---|
+//! | `GET /metrics` | this process's counters and the database's queue gauges in the Prometheus text format ([`metrics::render`](crate::metrics::render)); 503 with a text body when the database is unavailable, 500 on another store error |
+//! | the [`Dashboard`]'s routes | when one is given: `/`, `/events`, `/events/{seq}`, `POST /events/{seq}/retry` |
+//!
+//! `/metrics` needs no token: it shows counts and step names, never payloads.
+//!
+//! ```
+//! use tickmark::{Engine, Handlers, Receiver};
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! # let dir = tempfile::tempdir()?;
+//! # let url = format!("sqlite://{}", dir.path().join("ops.db").display());
+//! let engine = Engine::new(tickmark::connect(&url).await?, Handlers::new())?;
+//! let webhooks = Receiver::new(engine.clone()).router(); // the public address
+//! let ops = tickmark::ops::router(engine, None); // a private one: just /metrics
+//! # let _ = (webhooks, ops);
+//! # Ok(())
+//! # }
+//! ```
+
+use axum::extract::State;
+use axum::http::{header, HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+use axum::Router;
+
+use crate::dashboard::Dashboard;
+use crate::engine::Engine;
+use crate::metrics;
+
+/// The content type of the Prometheus text exposition format.
+pub const METRICS_CONTENT_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";
+
+/// `GET /metrics` for `engine`, and `dashboard`'s pages when given.
+pub fn router(engine: Engine, dashboard: Option<Dashboard>) -> Router {
+    let metrics = Router::new()
+        .route("/metrics", get(serve_metrics))
+        .with_state(engine);
+    match dashboard {
+        Some(dashboard) => metrics.merge(dashboard.router()),
+        None => metrics,
+    }
+}
+
+/// `GET /metrics`.
+async fn serve_metrics(State(engine): State<Engine>) -> Response {
+    match metrics::render(engine.metrics(), engine.store().as_ref()).await {
+        Ok(text) => (
+            [(
+                header::CONTENT_TYPE,
+                HeaderValue::from_static(METRICS_CONTENT_TYPE),
+            )],
+            text,
+        )
+            .into_response(),
+        Err(error) if error.is_transient() => {
+            tracing::warn!(%error, "/metrics: database unavailable");
+            (
+                StatusCode::SERVICE_UNAVAILABLE,
+                [(header::RETRY_AFTER, HeaderValue::from_static("5"))],
+                "tickmark: the database is unavailable; the queue gauges cannot be read. Try again shortly.\n",
+            )
+                .into_response()
+        }
+        Err(error) => {
+            tracing::error!(%error, "/metrics: store error");
+            (
+                StatusCode::INTERNAL_SERVER_ERROR,
+                "tickmark: the store could not answer; the server's log has the details.\n",
+            )
+                .into_response()
+        }
+    }
+}

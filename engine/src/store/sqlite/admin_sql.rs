@@ -1,0 +1,155 @@
+//! The SQLite store's operator statements (see `store::admin`). Every action
+//! runs in one `BEGIN IMMEDIATE` transaction: it reads the event, then changes
+//! it with an `UPDATE` that filters on the states the action allows and
+//! increments `lease_token`, so a worker still holding an older lease can
+//! change nothing. Times are bound as fixed-width UTC text (`?now`).
+
+/// The columns of an `EventRecord`, as `record_from_row` reads them.
+macro_rules! record_columns {
+    () => {
+        "id, source, dedup_key, kind, payload, received_at, state, step_count, next_step, \
+         attempt, due_at, lease_owner, lease_token, takeovers, last_error, finished_at"
+    };
+}
+
+/// Events by (state, source).
+pub const STATUS_COUNTS: &str =
+    "SELECT state, source, count(*) FROM tickmark_events GROUP BY state, source";
+
+/// Running events whose lease expired (before ?1, now) without a mark.
+pub const STATUS_STUCK: &str =
+    "SELECT count(*) FROM tickmark_events WHERE state = 'running' AND due_at < ?1";
+
+/// Events finished (done) after ?2 (now minus the window), bucketed by whole
+/// minutes before ?1 (now): bucket 0 is the minute before now.
+pub const STATUS_DONE_PER_MINUTE: &str = "
+    SELECT CAST((julianday(?1) - julianday(finished_at)) * 1440 AS INTEGER) AS minutes_ago,
+           count(*)
+    FROM tickmark_events
+    WHERE state = 'done' AND finished_at > ?2
+    GROUP BY minutes_ago";
+
+/// Events matching optional filters (state, source, kind, received after ?4),
+/// newest first.
+pub const EVENT_LIST: &str = concat!(
+    "SELECT ",
+    record_columns!(),
+    "
+    FROM tickmark_events
+    WHERE (?1 IS NULL OR state = ?1)
+      AND (?2 IS NULL OR source = ?2)
+      AND (?3 IS NULL OR kind = ?3)
+      AND (?4 IS NULL OR received_at > ?4)
+    ORDER BY id DESC
+    LIMIT ?5"
+);
+
+/// Events whose dedup key is ?1, within source ?2 when given.
+pub const EVENT_BY_DEDUP_KEY: &str = concat!(
+    "SELECT ",
+    record_columns!(),
+    "
+    FROM tickmark_events
+    WHERE dedup_key = ?1 AND (?2 IS NULL OR source = ?2)
+    ORDER BY id"
+);
+
+/// The stored plan of one event.
+pub const EVENT_PLAN: &str = "SELECT plan FROM tickmark_events WHERE id = ?1";
+
+/// The sources that have events.
+pub const SOURCES: &str = "SELECT DISTINCT source FROM tickmark_events ORDER BY source";
+
+/// One event's audit trail, oldest first.
+pub const AUDIT_LIST: &str = "
+    SELECT id, event_id, at, actor, action, step, reason, detail
+    FROM tickmark_audit
+    WHERE event_id = ?1
+    ORDER BY id";
+
+/// The event an action is about (inside the action's write transaction, so
+/// nothing changes it before the action's `UPDATE`).
+pub const ADMIN_EVENT_READ: &str = "
+    SELECT state, next_step, step_count, attempt, due_at, lease_owner, last_error, finished_at,
+           plan
+    FROM tickmark_events
+    WHERE id = ?1";
+
+/// Re-queue event ?1 at step ?2: from dead, parked or cancelled; from done only
+/// when re-running from a chosen step (?3); from running only when forced (?4)
+/// and the lease has expired (before ?5, now). Fences out any old lease.
+pub const EVENT_RETRY: &str = concat!(
+    "UPDATE tickmark_events
+    SET state = 'pending', next_step = ?2, due_at = ?5, attempt = 0, lease_owner = NULL,
+        finished_at = NULL, last_error = NULL, lease_token = lease_token + 1,
+        snoozed = 0, progress = NULL, progress_message = NULL,
+        resource_seq = CASE WHEN state = 'stale' THEN NULL ELSE resource_seq END
+    WHERE id = ?1
+      AND (state IN ('dead', 'parked', 'cancelled', 'stale')
+           OR (state = 'done' AND ?3)
+           OR (state = 'running' AND ?4 AND due_at <= ?5))
+    RETURNING ",
+    record_columns!()
+);
+
+/// Forget the marks of steps at positions ?2 and later of event ?1: they run
+/// again (with the same idempotency keys).
+pub const STEPS_FORGET_FROM: &str =
+    "DELETE FROM tickmark_steps WHERE event_id = ?1 AND position >= ?2";
+
+/// Cancel event ?1 unless it has ended; a worker holding it loses its lease
+/// (the token changes), so its next heartbeat or mark fails and it stops.
+pub const EVENT_CANCEL: &str = concat!(
+    "UPDATE tickmark_events
+    SET state = 'cancelled', finished_at = ?2, lease_token = lease_token + 1
+    WHERE id = ?1 AND state IN ('pending', 'running', 'dead', 'parked')
+    RETURNING ",
+    record_columns!()
+);
+
+/// Move event ?1 past its current step ?2 (skipped or done by hand): done
+/// after the last step, otherwise pending and due now (?3) with a fresh attempt
+/// count. Not while a worker holds a live lease on it.
+pub const EVENT_SETTLE_STEP: &str = concat!(
+    "UPDATE tickmark_events
+    SET next_step = next_step + 1,
+        state = CASE WHEN next_step + 1 >= step_count THEN 'done' ELSE 'pending' END,
+        finished_at = CASE WHEN next_step + 1 >= step_count THEN ?3 END,
+        due_at = ?3, attempt = 0, lease_owner = NULL, last_error = NULL,
+        lease_token = lease_token + 1, snoozed = 0,
+        progress = NULL, progress_message = NULL
+    WHERE id = ?1 AND next_step = ?2
+      AND (state IN ('pending', 'dead', 'parked') OR (state = 'running' AND due_at <= ?3))
+    RETURNING ",
+    record_columns!()
+);
+
+/// Record step ?2 of event ?1 as ?4 (`skipped` or `done`) by hand at ?7, under
+/// the action's new token ?6, replacing any failed or dead mark.
+pub const STEP_UPSERT_BY_HAND: &str = "
+    INSERT INTO tickmark_steps
+        (event_id, position, name, state, attempts, lease_token, started_at, finished_at, output,
+         last_error)
+    VALUES (?1, ?2, ?3, ?4, ?5, ?6, NULL, ?7, ?8, ?9)
+    ON CONFLICT (event_id, position) DO UPDATE
+    SET state = excluded.state, attempts = excluded.attempts, lease_token = excluded.lease_token,
+        started_at = NULL, finished_at = excluded.finished_at, output = excluded.output,
+        last_error = excluded.last_error";
+
+/// Record a manual action on event ?1 at ?2.
+pub const AUDIT_INSERT: &str = "
+    INSERT INTO tickmark_audit (event_id, at, actor, action, step, reason, detail)
+    VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)";
+
+/// Delete up to ?3 finished events received before ?1 (dead ones too when ?2),
+/// oldest first; their steps and audit rows go with them (`ON DELETE CASCADE`,
+/// the store turns foreign keys on).
+pub const EVENT_PRUNE: &str = "
+    DELETE FROM tickmark_events
+    WHERE id IN (
+        SELECT id FROM tickmark_events
+        WHERE (state IN ('done', 'ignored', 'cancelled', 'stale') OR (?2 AND state = 'dead'))
+          AND received_at < ?1
+        ORDER BY id
+        LIMIT ?3
+    )";
