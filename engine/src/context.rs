@@ -3,14 +3,39 @@
 //! transaction.
 
 use std::collections::BTreeMap;
+use std::sync::{Mutex, PoisonError};
+use std::time::{Duration, Instant};
 
 use serde::de::DeserializeOwned;
 use tokio_util::sync::CancellationToken;
 
-use crate::event::Event;
+use crate::event::{Event, NewEvent};
+use crate::handler::Registry;
+use crate::inbox::Accepted;
 use crate::resources::Resources;
 use crate::step::StepError;
-use crate::store::StepTransaction;
+use crate::store::{Lease, StepTransaction, Store, StoreError};
+
+/// Progress reports closer together than this are not written (the latest
+/// state of a fast loop is enough for an operator).
+pub const PROGRESS_MIN_INTERVAL: Duration = Duration::from_millis(250);
+
+/// Writes a running step's progress to its event row, under its lease.
+pub(crate) struct ProgressReporter<'a> {
+    store: &'a dyn Store,
+    lease: Lease,
+    last_written: Mutex<Option<Instant>>,
+}
+
+impl<'a> ProgressReporter<'a> {
+    pub fn new(store: &'a dyn Store, lease: Lease) -> Self {
+        Self {
+            store,
+            lease,
+            last_written: Mutex::new(None),
+        }
+    }
+}
 
 /// The outputs of the steps of one event that are already marked done, by step name.
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -25,6 +50,11 @@ impl StepOutputs {
     /// Record a step's output (the engine does this after each mark).
     pub(crate) fn insert(&mut self, name: String, output: serde_json::Value) {
         self.0.insert(name, output);
+    }
+
+    /// Outputs by step name, for testing a step on its own.
+    pub fn from_pairs(pairs: impl IntoIterator<Item = (String, serde_json::Value)>) -> Self {
+        Self(pairs.into_iter().collect())
     }
 
     /// How many outputs are recorded.
@@ -48,6 +78,8 @@ pub struct StepContext<'a> {
     cancellation: CancellationToken,
     transaction: Option<&'a mut StepTransaction>,
     resources: &'a Resources,
+    progress: Option<ProgressReporter<'a>>,
+    inbox: Option<(&'a dyn Store, &'a Registry)>,
 }
 
 impl<'a> StepContext<'a> {
@@ -70,6 +102,82 @@ impl<'a> StepContext<'a> {
             cancellation,
             transaction,
             resources,
+            progress: None,
+            inbox: None,
+        }
+    }
+
+    pub(crate) fn with_inbox(mut self, store: &'a dyn Store, registry: &'a Registry) -> Self {
+        self.inbox = Some((store, registry));
+        self
+    }
+
+    /// Accept a follow-up event into the inbox, as the receiver would: it is
+    /// recorded once and its own handler's steps run later, in any worker.
+    /// Give it a dedup key derived from this step's idempotency key (e.g.
+    /// `NewEvent::with_id("outbox", ctx.idempotency_key(), …)`) and a re-run
+    /// of this step is a duplicate, not a second event.
+    pub async fn enqueue(&self, event: NewEvent) -> Result<Accepted, StepError> {
+        let Some((store, registry)) = self.inbox else {
+            return Err(StepError::retryable(
+                "this context has no inbox (built outside a worker)",
+            ));
+        };
+        // A follow-up nobody handles would be recorded as ignored, and a later
+        // re-run of this step would find it a duplicate: refuse, write nothing.
+        if registry.find(&event.source, &event.kind).is_none() {
+            return Err(StepError::terminal(format!(
+                "no handler is registered for ({}, {}) in this process; register one \
+                 (for the outbox: tickmark_steps::outbox::handler()), deploy, then retry this event",
+                event.source, event.kind
+            )));
+        }
+        Ok(crate::inbox::accept(store, registry, &event).await?)
+    }
+
+    pub(crate) fn with_progress(mut self, reporter: ProgressReporter<'a>) -> Self {
+        self.progress = Some(reporter);
+        self
+    }
+
+    /// Report how far the step is (`fraction` from 0 to 1) and what it is
+    /// doing; it shows in the step-status table (`progress`,
+    /// `progress_message`) while the step runs. Reports closer together than
+    /// [`PROGRESS_MIN_INTERVAL`] are dropped. A lost lease is a retryable
+    /// error (the step is being cancelled anyway).
+    pub async fn progress(&self, fraction: f32, message: &str) -> Result<(), StepError> {
+        let Some(reporter) = &self.progress else {
+            return Ok(());
+        };
+        {
+            let mut last = reporter
+                .last_written
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner);
+            if last.is_some_and(|at| at.elapsed() < PROGRESS_MIN_INTERVAL) {
+                return Ok(());
+            }
+            *last = Some(Instant::now());
+        }
+        let fraction = if fraction.is_finite() {
+            fraction.clamp(0.0, 1.0)
+        } else {
+            0.0
+        };
+        let message: String = message.chars().take(200).collect();
+        match reporter
+            .store
+            .event_progress(&reporter.lease, fraction, &message)
+            .await
+        {
+            Ok(()) => Ok(()),
+            Err(StoreError::LeaseLost { .. }) => Err(StepError::retryable(
+                "lease lost while reporting progress; the step is being cancelled",
+            )),
+            Err(error) => {
+                tracing::debug!(%error, "progress not recorded");
+                Ok(())
+            }
         }
     }
 

@@ -106,11 +106,14 @@ pub enum EventState {
     Ignored,
     /// Cancelled by an operator. Final.
     Cancelled,
+    /// Skipped as stale: its sequence was not newer than the last one applied
+    /// for its resource (docs/ordering.md). Recorded, never applied. Final.
+    Stale,
 }
 
 impl EventState {
     /// Every state, in lifecycle order.
-    pub const ALL: [EventState; 7] = [
+    pub const ALL: [EventState; 8] = [
         EventState::Pending,
         EventState::Running,
         EventState::Done,
@@ -118,6 +121,7 @@ impl EventState {
         EventState::Parked,
         EventState::Ignored,
         EventState::Cancelled,
+        EventState::Stale,
     ];
 
     /// The state's name as stored in SQL.
@@ -130,6 +134,7 @@ impl EventState {
             EventState::Parked => "parked",
             EventState::Ignored => "ignored",
             EventState::Cancelled => "cancelled",
+            EventState::Stale => "stale",
         }
     }
 
@@ -153,6 +158,9 @@ pub enum StepState {
     Interrupted,
     /// Failed; a retry is scheduled at `retry_at`.
     Retrying,
+    /// The step asked to be run again later, without spending an attempt;
+    /// it runs again at `retry_at`.
+    Snoozed,
     /// Marked done, with its output.
     Done,
     /// Failed terminally or ran out of attempts: the event is dead.
@@ -163,6 +171,8 @@ pub enum StepState {
     Parked,
     /// The event was cancelled before this step ran.
     Cancelled,
+    /// The event was skipped as stale before this step ran.
+    Stale,
     /// The event ended (dead, parked, cancelled) before reaching this step.
     NotRun,
 }
@@ -175,11 +185,13 @@ impl StepState {
             StepState::Running => "running",
             StepState::Interrupted => "interrupted",
             StepState::Retrying => "retrying",
+            StepState::Snoozed => "snoozed",
             StepState::Done => "done",
             StepState::Dead => "dead",
             StepState::Skipped => "skipped",
             StepState::Parked => "parked",
             StepState::Cancelled => "cancelled",
+            StepState::Stale => "stale",
             StepState::NotRun => "not_run",
         }
     }
@@ -211,11 +223,13 @@ impl FromStr for StepState {
             Running,
             Interrupted,
             Retrying,
+            Snoozed,
             Done,
             Dead,
             Skipped,
             Parked,
             Cancelled,
+            Stale,
             NotRun,
         ]
         .into_iter()

@@ -3,7 +3,8 @@
 
 use std::collections::{HashMap, HashSet};
 
-use crate::plan::Plan;
+use crate::ordering::Ordering;
+use crate::plan::{Plan, StepOptions};
 use crate::retry::RetryPolicy;
 use crate::step::Step;
 
@@ -80,8 +81,9 @@ pub enum ConfigError {
 /// ```
 #[derive(Debug, Default)]
 pub struct Handler {
-    steps: Vec<(String, Box<dyn Step>)>,
+    steps: Vec<(String, Box<dyn Step>, StepOptions)>,
     retry: RetryPolicy,
+    ordering: Option<Ordering>,
 }
 
 impl Handler {
@@ -97,8 +99,42 @@ impl Handler {
     }
 
     /// Append a step under an explicit name (needed when a type appears twice).
-    pub fn named_step(mut self, name: impl Into<String>, step: impl Step + 'static) -> Self {
-        self.steps.push((name.into(), Box::new(step)));
+    pub fn named_step(self, name: impl Into<String>, step: impl Step + 'static) -> Self {
+        self.named_step_with(name, step, StepOptions::default())
+    }
+
+    /// Append a step with its own timeout or retry policy.
+    pub fn step_with(self, step: impl Step + 'static, options: StepOptions) -> Self {
+        let name = step.typetag_name().to_owned();
+        self.named_step_with(name, step, options)
+    }
+
+    /// Append a named step with its own timeout or retry policy.
+    pub fn named_step_with(
+        mut self,
+        name: impl Into<String>,
+        step: impl Step + 'static,
+        options: StepOptions,
+    ) -> Self {
+        self.steps.push((name.into(), Box::new(step), options));
+        self
+    }
+
+    /// Run this handler's events for the same resource one at a time, in
+    /// acceptance order; `key` is a JSON pointer into the payload (for
+    /// example `/data/object/id`). Different resources run in parallel.
+    pub fn one_at_a_time_per(mut self, key: impl Into<String>) -> Self {
+        self.ordering = Some(Ordering::serial(key.into()));
+        self
+    }
+
+    /// Skip stale events: an event whose sequence (JSON pointer `sequence`,
+    /// an integer or an RFC 3339 time, e.g. `/data/object/updated`) is not
+    /// newer than the last one applied for its resource (JSON pointer `key`)
+    /// is recorded as `stale` and never run. Implies one at a time per key,
+    /// so the check before the first step is exact.
+    pub fn skip_stale(mut self, key: impl Into<String>, sequence: impl Into<String>) -> Self {
+        self.ordering = Some(Ordering::with_sequence(key.into(), sequence.into()));
         self
     }
 
@@ -110,7 +146,10 @@ impl Handler {
 
     /// The step names, in order.
     pub fn step_names(&self) -> Vec<&str> {
-        self.steps.iter().map(|(name, _)| name.as_str()).collect()
+        self.steps
+            .iter()
+            .map(|(name, _, _)| name.as_str())
+            .collect()
     }
 }
 
@@ -120,6 +159,7 @@ impl Handler {
 pub(crate) struct CompiledHandler {
     pub plan_json: String,
     pub step_count: i32,
+    pub ordering: Option<Ordering>,
 }
 
 /// The handlers of an engine, by (source, kind), with `*` wildcards.
@@ -159,7 +199,7 @@ impl Handlers {
                 });
             }
             let mut seen = HashSet::new();
-            for (name, _) in &handler.steps {
+            for (name, _, _) in &handler.steps {
                 check_name("step", name)?;
                 if !seen.insert(name.as_str()) {
                     return Err(ConfigError::DuplicateStepName {
@@ -174,7 +214,7 @@ impl Handlers {
                 handler
                     .steps
                     .iter()
-                    .map(|(name, step)| (name.as_str(), step.as_ref())),
+                    .map(|(name, step, options)| (name.as_str(), step.as_ref(), *options)),
             )
             .map_err(|error| ConfigError::Unserialisable {
                 step: handler.step_names().join(", "),
@@ -183,6 +223,7 @@ impl Handlers {
             let compiled = CompiledHandler {
                 plan_json,
                 step_count: i32::try_from(handler.steps.len()).unwrap_or(i32::MAX),
+                ordering: handler.ordering.clone(),
             };
             if by_key
                 .insert((source.clone(), kind.clone()), compiled)

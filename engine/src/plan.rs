@@ -4,11 +4,15 @@
 //! ```json
 //! {"version":1,
 //!  "retry":{"max_attempts":10,"initial_delay":1000,"max_delay":3600000,"multiplier":2.0,"jitter":0.2},
-//!  "steps":[{"name":"credit_account","step":{"type":"credit_account","config":{}}}]}
+//!  "steps":[{"name":"credit_account","step":{"type":"credit_account","config":{}}},
+//!           {"name":"render","step":{"type":"render","config":{}},"timeout_ms":600000}]}
 //! ```
 //!
 //! `name` is the step's name within the handler (it makes the idempotency key);
-//! `type` is the step type's stable typetag name (it picks the Rust code).
+//! `type` is the step type's stable typetag name (it picks the Rust code);
+//! `timeout_ms` and `retry`, when present, override the handler's for that step.
+
+use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
@@ -49,13 +53,47 @@ pub enum PlanError {
     Malformed(String),
 }
 
-/// One step of a plan: its name in the handler and the step itself.
+/// How one step runs, when it differs from its handler.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
+pub struct StepOptions {
+    /// Give up on an attempt after this long: a retryable failure.
+    #[serde(
+        default,
+        rename = "timeout_ms",
+        with = "opt_millis",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub timeout: Option<Duration>,
+    /// This step's retry policy, instead of the handler's.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub retry: Option<RetryPolicy>,
+}
+
+impl StepOptions {
+    /// Time out each attempt after `timeout`.
+    pub fn timeout(timeout: Duration) -> Self {
+        Self {
+            timeout: Some(timeout),
+            ..Self::default()
+        }
+    }
+
+    /// Retry this step on `policy` instead of the handler's.
+    pub fn retry(mut self, policy: RetryPolicy) -> Self {
+        self.retry = Some(policy);
+        self
+    }
+}
+
+/// One step of a plan: its name in the handler, the step itself, and its options.
 #[derive(Debug)]
 pub struct PlannedStep {
     /// The step's name within the handler.
     pub name: String,
     /// The step, decoded.
     pub step: Box<dyn Step>,
+    /// Timeout and retry overrides.
+    pub options: StepOptions,
 }
 
 /// A decoded plan, ready to run.
@@ -78,6 +116,8 @@ struct StoredPlanOut<'a> {
 struct StoredStepOut<'a> {
     name: &'a str,
     step: &'a dyn Step,
+    #[serde(flatten)]
+    options: StepOptions,
 }
 
 #[derive(Deserialize)]
@@ -91,22 +131,36 @@ struct StoredPlanIn {
 struct StoredStepIn {
     name: String,
     step: serde_json::Value,
+    #[serde(flatten)]
+    options: StepOptions,
 }
 
 impl Plan {
     /// Encode steps and a policy as the stored JSON.
     pub fn encode<'a>(
         retry: &RetryPolicy,
-        steps: impl IntoIterator<Item = (&'a str, &'a dyn Step)>,
+        steps: impl IntoIterator<Item = (&'a str, &'a dyn Step, StepOptions)>,
     ) -> Result<String, serde_json::Error> {
         serde_json::to_string(&StoredPlanOut {
             version: PLAN_VERSION,
             retry,
             steps: steps
                 .into_iter()
-                .map(|(name, step)| StoredStepOut { name, step })
+                .map(|(name, step, options)| StoredStepOut {
+                    name,
+                    step,
+                    options,
+                })
                 .collect(),
         })
+    }
+
+    /// The retry policy of step `position`: its own, else the handler's.
+    pub fn retry_of(&self, position: usize) -> RetryPolicy {
+        self.steps
+            .get(position)
+            .and_then(|step| step.options.retry)
+            .unwrap_or(self.retry)
     }
 
     /// Decode a stored plan. An unknown step type is [`PlanError::UnknownStep`].
@@ -141,6 +195,51 @@ impl Plan {
     }
 }
 
+/// Unfinished events whose stored plan this build cannot run.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct StrandedPlan {
+    /// How many unfinished events carry the plan.
+    pub events: i64,
+    /// One of them (its row number).
+    pub example_seq: i64,
+    /// The step names in the plan, in order.
+    pub steps: Vec<String>,
+    /// Why this build cannot run it.
+    pub problem: String,
+}
+
+/// Decode every distinct plan of unfinished events (pending, running, dead,
+/// parked) with the step types linked into *this* binary, and list those it
+/// cannot run. Run it from the new build before a deploy: an empty list means
+/// no accepted event will be stranded. (`tickmark plans check` calls this.)
+pub async fn check_stored_plans(
+    store: &dyn crate::store::Store,
+) -> Result<Vec<StrandedPlan>, crate::store::StoreError> {
+    let mut stranded = Vec::new();
+    for group in store.plans_unfinished().await? {
+        if let Err(problem) = Plan::decode(&group.plan_json) {
+            let steps = serde_json::from_str::<serde_json::Value>(&group.plan_json)
+                .ok()
+                .and_then(|plan| {
+                    plan.get("steps")?.as_array().map(|steps| {
+                        steps
+                            .iter()
+                            .filter_map(|s| s.get("name")?.as_str().map(str::to_owned))
+                            .collect()
+                    })
+                })
+                .unwrap_or_default();
+            stranded.push(StrandedPlan {
+                events: group.events,
+                example_seq: group.example_seq,
+                steps,
+                problem: problem.to_string(),
+            });
+        }
+    }
+    Ok(stranded)
+}
+
 fn decode_step(stored: StoredStepIn) -> Result<PlannedStep, PlanError> {
     let step_type = stored
         .step
@@ -152,6 +251,7 @@ fn decode_step(stored: StoredStepIn) -> Result<PlannedStep, PlanError> {
         Ok(step) => Ok(PlannedStep {
             name: stored.name,
             step,
+            options: stored.options,
         }),
         Err(error) if error.to_string().contains("unknown variant") => {
             Err(PlanError::UnknownStep {
@@ -164,6 +264,23 @@ fn decode_step(stored: StoredStepIn) -> Result<PlannedStep, PlanError> {
             step_type,
             reason: error.to_string(),
         }),
+    }
+}
+
+mod opt_millis {
+    use std::time::Duration;
+
+    use serde::{Deserialize, Deserializer, Serializer};
+
+    pub fn serialize<S: Serializer>(value: &Option<Duration>, s: S) -> Result<S::Ok, S::Error> {
+        match value {
+            Some(d) => s.serialize_u64(u64::try_from(d.as_millis()).unwrap_or(u64::MAX)),
+            None => s.serialize_none(),
+        }
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Duration>, D::Error> {
+        Ok(Option::<u64>::deserialize(d)?.map(Duration::from_millis))
     }
 }
 
@@ -206,7 +323,14 @@ mod tests {
         };
         let json = Plan::encode(
             &RetryPolicy::attempts(3),
-            [("hello", &wave as &dyn Step), ("bye", &Nod as &dyn Step)],
+            [
+                ("hello", &wave as &dyn Step, StepOptions::default()),
+                (
+                    "bye",
+                    &Nod as &dyn Step,
+                    StepOptions::timeout(Duration::from_secs(5)).retry(RetryPolicy::attempts(7)),
+                ),
+            ],
         )
         .unwrap();
         let value: serde_json::Value = serde_json::from_str(&json).unwrap();
@@ -218,6 +342,10 @@ mod tests {
         let names: Vec<_> = plan.steps.iter().map(|s| s.name.as_str()).collect();
         assert_eq!(names, ["hello", "bye"]);
         assert!(format!("{:?}", plan.steps[0].step).contains("left"));
+        assert_eq!(plan.steps[0].options, StepOptions::default());
+        assert_eq!(plan.steps[1].options.timeout, Some(Duration::from_secs(5)));
+        assert_eq!(plan.retry_of(1).max_attempts, 7);
+        assert_eq!(plan.retry_of(0).max_attempts, 3);
     }
 
     #[test]

@@ -8,6 +8,7 @@
 //! moving or renaming the struct does not strand stored plans.
 
 use std::fmt;
+use std::time::Duration;
 
 use crate::context::StepContext;
 
@@ -65,15 +66,22 @@ pub trait Step: Send + Sync + fmt::Debug {
 pub struct StepError {
     kind: FailureKind,
     message: String,
+    retry_after: Option<Duration>,
 }
 
-/// Whether a failure is worth retrying.
+/// Whether a failure is worth retrying — or not a failure at all.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum FailureKind {
     /// Retried on the handler's durable schedule until attempts run out.
     Retryable,
     /// Dead-letters the event at once; an operator can retry it.
     Terminal,
+    /// Not a failure: the step is waiting on an outside state and asks to run
+    /// again after `delay`, without spending an attempt.
+    Snooze {
+        /// How long to wait before the step runs again.
+        delay: Duration,
+    },
 }
 
 impl StepError {
@@ -82,7 +90,22 @@ impl StepError {
         Self {
             kind: FailureKind::Retryable,
             message: message.to_string(),
+            retry_after: None,
         }
+    }
+
+    /// A retryable failure whose next attempt must wait at least `delay`
+    /// (a 429 or 503 with `Retry-After`). It spends an attempt, unlike a snooze.
+    pub fn retryable_after(delay: Duration, message: impl fmt::Display) -> Self {
+        Self {
+            retry_after: Some(delay),
+            ..Self::retryable(message)
+        }
+    }
+
+    /// The least delay before the next attempt, when the failure asked for one.
+    pub fn retry_after(&self) -> Option<Duration> {
+        self.retry_after
     }
 
     /// A failure that no retry will fix (a 4xx, invalid input): the event is
@@ -91,6 +114,18 @@ impl StepError {
         Self {
             kind: FailureKind::Terminal,
             message: message.to_string(),
+            retry_after: None,
+        }
+    }
+
+    /// Run this step again after `delay`, without spending an attempt: the
+    /// step is waiting on something outside (a payment to settle, a file to
+    /// appear). Its idempotency key stays the same.
+    pub fn snooze(delay: Duration, reason: impl fmt::Display) -> Self {
+        Self {
+            kind: FailureKind::Snooze { delay },
+            message: reason.to_string(),
+            retry_after: None,
         }
     }
 

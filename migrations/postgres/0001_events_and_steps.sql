@@ -13,7 +13,7 @@ CREATE TABLE tickmark_events (
     -- The handler's steps as they were when the event was accepted (typetag JSON).
     plan            JSON        NOT NULL,
     state           TEXT        NOT NULL
-        CHECK (state IN ('pending', 'running', 'done', 'dead', 'parked', 'ignored', 'cancelled')),
+        CHECK (state IN ('pending', 'running', 'done', 'dead', 'parked', 'ignored', 'cancelled', 'stale')),
     step_count      INT         NOT NULL,
     -- Position of the first unfinished step; equals step_count once done.
     next_step       INT         NOT NULL DEFAULT 0,
@@ -31,12 +31,37 @@ CREATE TABLE tickmark_events (
     received_at     TIMESTAMPTZ NOT NULL DEFAULT now(),
     step_started_at TIMESTAMPTZ,
     finished_at     TIMESTAMPTZ,
+    -- What the running step last reported (`StepContext::progress`); reset by claims and marks.
+    progress        REAL,
+    progress_message TEXT,
+    -- The event is waiting because its step asked to be run again later (a snooze).
+    snoozed         BOOLEAN     NOT NULL DEFAULT false,
+    -- Ordering (docs/ordering.md): the resource the event is about — events
+    -- with the same key run one at a time, in acceptance order — and its
+    -- sequence (an event not newer than the last applied one is stale).
+    resource_key    TEXT,
+    resource_seq    BIGINT,
     CONSTRAINT tickmark_events_dedup UNIQUE (source, dedup_key)
-);
+)
+-- Room on each page, so the many updates of a running event (one per mark,
+-- none touching an indexed column) stay heap-only (HOT).
+WITH (fillfactor = 80);
 
 -- The claim walks this index in its exact order: no sort of the backlog, no OR.
 CREATE INDEX tickmark_events_due ON tickmark_events (due_at, id)
     WHERE state IN ('pending', 'running');
+
+-- Events that must wait for an earlier unfinished event of the same serial key.
+CREATE INDEX tickmark_events_serial ON tickmark_events (resource_key, id)
+    WHERE state IN ('pending', 'running') AND resource_key IS NOT NULL;
+
+-- The last applied sequence per resource, for skipping stale events.
+CREATE TABLE tickmark_resources (
+    resource_key TEXT        PRIMARY KEY,
+    last_seq     BIGINT      NOT NULL,
+    event_id     BIGINT      NOT NULL,
+    applied_at   TIMESTAMPTZ NOT NULL DEFAULT now()
+);
 
 -- One row per (event, step) that has been marked: done, failed (retry scheduled),
 -- dead or skipped. Steps not yet marked have no row; the view derives them.
@@ -75,7 +100,7 @@ SELECT
         WHEN e.state = 'running' THEN
             CASE WHEN e.due_at > now() THEN 'running' ELSE 'interrupted' END
         WHEN e.state = 'pending' THEN
-            CASE WHEN s.state = 'failed' THEN 'retrying' ELSE 'pending' END
+            CASE WHEN e.snoozed THEN 'snoozed' WHEN s.state = 'failed' THEN 'retrying' ELSE 'pending' END
         ELSE e.state
     END                                                 AS state,
     CASE WHEN p.ordinality - 1 = e.next_step THEN e.attempt
@@ -88,7 +113,9 @@ SELECT
     CASE WHEN p.ordinality - 1 = e.next_step AND e.state = 'running' THEN e.lease_owner END AS worker,
     CASE WHEN p.ordinality - 1 = e.next_step THEN coalesce(e.last_error, s.last_error)
          ELSE s.last_error END                          AS last_error,
-    s.output                                            AS output
+    s.output                                            AS output,
+    CASE WHEN p.ordinality - 1 = e.next_step AND e.state = 'running' THEN e.progress END AS progress,
+    CASE WHEN p.ordinality - 1 = e.next_step AND e.state = 'running' THEN e.progress_message END AS progress_message
 FROM tickmark_events e
 CROSS JOIN LATERAL json_array_elements(e.plan -> 'steps') WITH ORDINALITY AS p (entry, ordinality)
 LEFT JOIN tickmark_steps s ON s.event_id = e.id AND s.position = p.ordinality - 1;

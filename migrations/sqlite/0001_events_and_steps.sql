@@ -10,7 +10,7 @@ CREATE TABLE tickmark_events (
     payload         TEXT    NOT NULL,
     plan            TEXT    NOT NULL,
     state           TEXT    NOT NULL
-        CHECK (state IN ('pending', 'running', 'done', 'dead', 'parked', 'ignored', 'cancelled')),
+        CHECK (state IN ('pending', 'running', 'done', 'dead', 'parked', 'ignored', 'cancelled', 'stale')),
     step_count      INTEGER NOT NULL,
     next_step       INTEGER NOT NULL DEFAULT 0,
     attempt         INTEGER NOT NULL DEFAULT 0,
@@ -22,11 +22,26 @@ CREATE TABLE tickmark_events (
     received_at     TEXT    NOT NULL,
     step_started_at TEXT,
     finished_at     TEXT,
+    progress        REAL,
+    progress_message TEXT,
+    snoozed         INTEGER NOT NULL DEFAULT 0,
+    resource_key    TEXT,
+    resource_seq    INTEGER,
     UNIQUE (source, dedup_key)
 ) STRICT;
 
 CREATE INDEX tickmark_events_due ON tickmark_events (due_at, id)
     WHERE state IN ('pending', 'running');
+
+CREATE INDEX tickmark_events_serial ON tickmark_events (resource_key, id)
+    WHERE state IN ('pending', 'running') AND resource_key IS NOT NULL;
+
+CREATE TABLE tickmark_resources (
+    resource_key TEXT    PRIMARY KEY,
+    last_seq     INTEGER NOT NULL,
+    event_id     INTEGER NOT NULL,
+    applied_at   TEXT    NOT NULL
+) STRICT;
 
 CREATE TABLE tickmark_steps (
     event_id    INTEGER NOT NULL REFERENCES tickmark_events (id) ON DELETE CASCADE,
@@ -58,7 +73,7 @@ SELECT
         WHEN e.state = 'running' THEN
             CASE WHEN e.due_at > strftime('%Y-%m-%dT%H:%M:%fZ', 'now') THEN 'running' ELSE 'interrupted' END
         WHEN e.state = 'pending' THEN
-            CASE WHEN s.state = 'failed' THEN 'retrying' ELSE 'pending' END
+            CASE WHEN e.snoozed THEN 'snoozed' WHEN s.state = 'failed' THEN 'retrying' ELSE 'pending' END
         ELSE e.state
     END                                                 AS state,
     CASE WHEN p.key = e.next_step THEN e.attempt ELSE coalesce(s.attempts, 0) END AS attempts,
@@ -70,7 +85,9 @@ SELECT
     CASE WHEN p.key = e.next_step AND e.state = 'running' THEN e.lease_owner END AS worker,
     CASE WHEN p.key = e.next_step THEN coalesce(e.last_error, s.last_error)
          ELSE s.last_error END                          AS last_error,
-    s.output                                            AS output
+    s.output                                            AS output,
+    CASE WHEN p.key = e.next_step AND e.state = 'running' THEN e.progress END AS progress,
+    CASE WHEN p.key = e.next_step AND e.state = 'running' THEN e.progress_message END AS progress_message
 FROM tickmark_events e
 CROSS JOIN json_each(e.plan, '$.steps') AS p
 LEFT JOIN tickmark_steps s ON s.event_id = e.id AND s.position = p.key;

@@ -155,3 +155,48 @@ impl Step for WaitForCancel {
         Ok(serde_json::json!({ "cancelled": true }))
     }
 }
+
+/// Reports progress, then pauses so the report can be seen while it runs.
+#[derive(Debug, Serialize, Deserialize)]
+pub struct ReportProgress {
+    /// The fraction reported.
+    pub fraction: f32,
+    /// The message reported.
+    pub message: String,
+    /// How long to stay running after reporting.
+    pub pause_ms: u64,
+}
+
+#[typetag::serde(name = "test_report_progress")]
+#[async_trait::async_trait]
+impl Step for ReportProgress {
+    async fn run(&self, ctx: &mut StepContext<'_>) -> StepResult {
+        record(ctx).await?;
+        ctx.progress(self.fraction, &self.message).await?;
+        tokio::time::sleep(Duration::from_millis(self.pause_ms)).await;
+        Ok(serde_json::Value::Null)
+    }
+}
+
+/// Snoozes on its first run, succeeds on the next.
+#[derive(Debug, Serialize, Deserialize)]
+pub struct SnoozeOnce {
+    /// How long the snooze lasts.
+    pub delay_ms: u64,
+}
+
+#[typetag::serde(name = "test_snooze_once")]
+#[async_trait::async_trait]
+impl Step for SnoozeOnce {
+    async fn run(&self, ctx: &mut StepContext<'_>) -> StepResult {
+        record(ctx).await?;
+        let probe = ctx.resource::<Probe>()?;
+        if probe.runs(&ctx.event().id, ctx.step_name()).await == 1 {
+            return Err(StepError::snooze(
+                Duration::from_millis(self.delay_ms),
+                "waiting for the payment to settle",
+            ));
+        }
+        Ok(serde_json::json!({ "attempt": ctx.attempt() }))
+    }
+}

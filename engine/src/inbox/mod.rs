@@ -63,6 +63,10 @@ pub(crate) async fn accept(
         let payload_json = serde_json::to_string(&event.payload)
             .map_err(|e| StoreError::Corrupt(format!("payload: {e}")))?;
         let empty_plan;
+        let ordering = handler
+            .and_then(|h| h.ordering.as_ref())
+            .map(|ordering| ordering.keys(&event.source, &event.payload))
+            .unwrap_or_default();
         let (plan_json, step_count, state) = match handler {
             Some(handler) => (
                 handler.plan_json.as_str(),
@@ -84,6 +88,8 @@ pub(crate) async fn accept(
             step_count,
             state,
             not_before: event.not_before,
+            resource_key: ordering.resource_key.as_deref(),
+            resource_seq: ordering.resource_seq,
         };
         let outcome = retry_transient("accept", ACCEPT_RETRY_BUDGET, || {
             store.event_insert(&insert)

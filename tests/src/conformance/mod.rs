@@ -2,8 +2,11 @@
 //! (`tests/tests/conformance.rs` instantiates it once per backend with
 //! [`conformance_suite!`](crate::conformance_suite)).
 
+pub mod admin;
 pub mod fencing;
 pub mod inbox;
+pub mod long_handlers;
+pub mod ordering;
 pub mod retries;
 pub mod running;
 pub mod shutdown;
@@ -75,6 +78,28 @@ macro_rules! conformance_suite {
             retries::an_unknown_step_type_parks_the_event,
             shutdown::shutdown_lets_a_running_step_finish_then_releases_the_event,
             shutdown::shutdown_past_the_grace_period_cancels_and_releases,
+            long_handlers::a_step_that_times_out_is_a_retryable_failure,
+            long_handlers::a_steps_own_retry_policy_overrides_the_handlers,
+            long_handlers::progress_shows_in_the_step_status_table_while_the_step_runs,
+            long_handlers::a_snoozed_step_runs_again_later_without_spending_an_attempt,
+            long_handlers::a_delayed_event_runs_once_its_time_has_come,
+            long_handlers::a_cancelled_event_stops_its_running_step_within_a_heartbeat,
+            ordering::stale_events_are_recorded_and_never_applied,
+            ordering::one_resource_runs_one_event_at_a_time_in_acceptance_order,
+            ordering::a_source_limit_caps_concurrent_events,
+            ordering::an_operator_retry_applies_a_stale_event,
+            admin::retry_from_a_step_keeps_earlier_steps_and_reruns_later_ones_with_the_same_keys,
+            admin::retry_resumes_a_dead_event_at_its_failed_step_and_wakes_a_worker,
+            admin::the_audit_trail_records_every_manual_action,
+            admin::actions_are_refused_in_states_that_do_not_allow_them,
+            admin::cancelling_a_running_event_fences_its_worker,
+            admin::a_worker_running_a_cancelled_event_stops_and_marks_nothing,
+            admin::skipping_or_marking_done_the_last_step_finishes_the_event,
+            admin::skipping_a_middle_step_runs_the_rest,
+            admin::a_forced_retry_of_an_interrupted_event_fences_the_old_lease,
+            admin::prune_deletes_only_finished_events_older_than_the_cutoff,
+            admin::status_counts_states_stuck_events_and_throughput,
+            admin::events_are_listed_and_looked_up_by_number_or_key,
         );
     };
     (@cases $backend:expr; $($module:ident :: $case:ident),+ $(,)?) => {

@@ -1,0 +1,293 @@
+//! Ordering: stale events are skipped, one resource runs one event at a
+//! time, and concurrency limits hold (guarantee 7).
+
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+use serde_json::json;
+use tickmark::{Accepted, Engine, EventState, Handler, Handlers, NewEvent, StepState};
+
+use super::{engine, quick_worker};
+use crate::test_steps::Record;
+use crate::TestDb;
+
+async fn accept(engine: &Engine, id: &str, payload: serde_json::Value) -> i64 {
+    match engine
+        .accept(NewEvent::with_id("shop", id, "customer.updated", payload))
+        .await
+        .unwrap()
+    {
+        Accepted::New { seq } => seq,
+        other => panic!("expected new, got {other:?}"),
+    }
+}
+
+/// When the steps of one event ran: (started, finished).
+async fn window(db: &TestDb, seq: i64) -> (DateTime<Utc>, DateTime<Utc>) {
+    let steps = db.store.step_status(seq).await.unwrap();
+    (
+        steps[0].started_at.unwrap(),
+        steps[steps.len() - 1].finished_at.unwrap(),
+    )
+}
+
+/// Guarantee 7: an event whose sequence is not newer than the last one applied
+/// for its resource is recorded as stale and never runs.
+pub async fn stale_events_are_recorded_and_never_applied(db: TestDb) {
+    let handlers = Handlers::new().on(
+        "shop",
+        "customer.updated",
+        Handler::new()
+            .named_step("apply", Record::default())
+            .skip_stale("/customer", "/version"),
+    );
+    let engine = engine(&db, handlers);
+    let v2 = accept(
+        &engine,
+        "evt_v2",
+        json!({"customer": "cus_1", "version": 2}),
+    )
+    .await;
+    engine
+        .worker(quick_worker("w"))
+        .run_until_idle()
+        .await
+        .unwrap();
+
+    let v1 = accept(
+        &engine,
+        "evt_v1",
+        json!({"customer": "cus_1", "version": 1}),
+    )
+    .await;
+    let v3 = accept(
+        &engine,
+        "evt_v3",
+        json!({"customer": "cus_1", "version": 3}),
+    )
+    .await;
+    let v3_again = accept(
+        &engine,
+        "evt_v3b",
+        json!({"customer": "cus_1", "version": 3}),
+    )
+    .await;
+    let other = accept(
+        &engine,
+        "evt_other",
+        json!({"customer": "cus_2", "version": 1}),
+    )
+    .await;
+    let stats = engine
+        .worker(quick_worker("w"))
+        .run_until_idle()
+        .await
+        .unwrap();
+    assert_eq!(stats.events_stale, 2);
+
+    for (seq, state) in [
+        (v2, EventState::Done),
+        (v1, EventState::Stale),
+        (v3, EventState::Done),
+        (v3_again, EventState::Stale),
+        (other, EventState::Done),
+    ] {
+        let record = db.store.event_get(seq).await.unwrap().unwrap();
+        assert_eq!(record.state, state, "event {}", record.event.id);
+    }
+    assert_eq!(
+        db.probe.runs("evt_v1", "apply").await,
+        0,
+        "stale: never applied"
+    );
+    assert_eq!(db.probe.runs("evt_v3b", "apply").await, 0);
+    assert_eq!(db.probe.runs("evt_v3", "apply").await, 1);
+    let stale = db.store.event_get(v1).await.unwrap().unwrap();
+    assert!(
+        stale
+            .last_error
+            .as_deref()
+            .unwrap()
+            .contains("not newer than 2"),
+        "{:?}",
+        stale.last_error
+    );
+    let steps = db.store.step_status(v1).await.unwrap();
+    assert_eq!(steps[0].state, StepState::Stale);
+}
+
+/// Events of one resource run one at a time, in acceptance order; other
+/// resources run alongside.
+pub async fn one_resource_runs_one_event_at_a_time_in_acceptance_order(db: TestDb) {
+    let handlers = Handlers::new().on(
+        "shop",
+        "customer.updated",
+        Handler::new()
+            .named_step(
+                "first",
+                Record {
+                    pause_ms: 80,
+                    ..Record::default()
+                },
+            )
+            .named_step("second", Record::default())
+            .one_at_a_time_per("/customer"),
+    );
+    let engine = engine(&db, handlers);
+    let mut events = Vec::new();
+    for n in 0..4 {
+        for customer in ["cus_a", "cus_b"] {
+            let seq = accept(
+                &engine,
+                &format!("evt_{customer}_{n}"),
+                json!({"customer": customer}),
+            )
+            .await;
+            events.push((customer, seq));
+        }
+    }
+    engine
+        .worker(quick_worker("w").with_concurrency(8))
+        .run_until_idle()
+        .await
+        .unwrap();
+
+    for customer in ["cus_a", "cus_b"] {
+        let mut previous_end: Option<DateTime<Utc>> = None;
+        for (_, seq) in events.iter().filter(|(c, _)| *c == customer) {
+            let (start, end) = window(&db, *seq).await;
+            if let Some(previous_end) = previous_end {
+                assert!(
+                    start >= previous_end,
+                    "{customer}: event {seq} started before the previous one finished"
+                );
+            }
+            previous_end = Some(end);
+        }
+    }
+    let (a_start, a_end) = window(&db, events[0].1).await;
+    let (b_start, b_end) = window(&db, events[1].1).await;
+    assert!(
+        a_start < b_end && b_start < a_end,
+        "two resources ran side by side"
+    );
+}
+
+/// A source limit caps how many of its events one worker runs at once.
+pub async fn a_source_limit_caps_concurrent_events(db: TestDb) {
+    let handlers = Handlers::new().on(
+        tickmark::ANY,
+        tickmark::ANY,
+        Handler::new().named_step(
+            "work",
+            Record {
+                pause_ms: 60,
+                ..Record::default()
+            },
+        ),
+    );
+    let engine = engine(&db, handlers);
+    let mut limited = Vec::new();
+    for n in 0..4 {
+        let accepted = engine
+            .accept(NewEvent::with_id(
+                "slow_partner",
+                format!("evt_l{n}"),
+                "x",
+                json!({}),
+            ))
+            .await
+            .unwrap();
+        let Accepted::New { seq } = accepted else {
+            panic!("new")
+        };
+        limited.push(seq);
+        engine
+            .accept(NewEvent::with_id(
+                "shop",
+                format!("evt_f{n}"),
+                "x",
+                json!({}),
+            ))
+            .await
+            .unwrap();
+    }
+    let config = quick_worker("w")
+        .with_concurrency(8)
+        .with_source_limit("slow_partner", 1)
+        .with_poll_every(Duration::from_millis(50));
+    let stats = engine.worker(config).run_until_idle().await.unwrap();
+    assert_eq!(stats.events_done, 8);
+    let mut windows = Vec::new();
+    for seq in &limited {
+        windows.push(window(&db, *seq).await);
+    }
+    windows.sort();
+    for pair in windows.windows(2) {
+        assert!(
+            pair[1].0 >= pair[0].1,
+            "two events of the limited source overlapped: {pair:?}"
+        );
+    }
+}
+
+/// An operator's retry of a stale event applies it anyway (the sequence
+/// check is what the operator overrides).
+pub async fn an_operator_retry_applies_a_stale_event(db: TestDb) {
+    let handlers = Handlers::new().on(
+        "shop",
+        "customer.updated",
+        Handler::new()
+            .named_step("apply", Record::default())
+            .skip_stale("/customer", "/version"),
+    );
+    let engine = engine(&db, handlers);
+    accept(
+        &engine,
+        "evt_new",
+        json!({"customer": "cus_9", "version": 5}),
+    )
+    .await;
+    engine
+        .worker(quick_worker("w"))
+        .run_until_idle()
+        .await
+        .unwrap();
+    let old = accept(
+        &engine,
+        "evt_old",
+        json!({"customer": "cus_9", "version": 4}),
+    )
+    .await;
+    engine
+        .worker(quick_worker("w"))
+        .run_until_idle()
+        .await
+        .unwrap();
+    assert_eq!(
+        db.store.event_get(old).await.unwrap().unwrap().state,
+        EventState::Stale
+    );
+
+    let actor = tickmark::store::admin::Actor {
+        who: "ops",
+        reason: Some("replay by hand"),
+    };
+    let retry = tickmark::store::admin::RetryRequest {
+        event_seq: old,
+        from_step: None,
+        force: false,
+        actor,
+    };
+    db.store.event_retry(&retry).await.unwrap();
+    engine
+        .worker(quick_worker("w"))
+        .run_until_idle()
+        .await
+        .unwrap();
+    assert_eq!(
+        db.store.event_get(old).await.unwrap().unwrap().state,
+        EventState::Done
+    );
+    assert_eq!(db.probe.runs("evt_old", "apply").await, 1);
+}
