@@ -1,0 +1,548 @@
+//! `WriteFile`: a file per event, written atomically under a base directory,
+//! named after the event id so that a re-run overwrites instead of
+//! duplicating.
+//!
+//! The write: a temporary file in the target directory, write, fsync, rename
+//! over the target, fsync the directory. A reader sees the old file or the new
+//! one, never half of one; after the directory fsync the new name survives a
+//! power cut. Temporary names start with `.` (a file name never does) and are
+//! fixed per attempt (`.{name}.{attempt}.tmp`), so a later attempt removes
+//! what a crashed one left.
+
+use std::fs::{self, File, OpenOptions};
+use std::io::{self, Write as _};
+use std::path::{Component, Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+use serde_json::{json, Value};
+use sha2::{Digest, Sha256};
+use tickmark::{Step, StepContext, StepError, StepResult};
+
+use crate::value_from::ValueFrom;
+
+/// The longest file name (without extension) made from an event id, in
+/// bytes; longer ones are cut and end in `%-` and the SHA-256 of the id.
+/// With the extension and the temporary suffix a name stays well under the
+/// usual 255-byte limit.
+pub const MAX_STEM_BYTES: usize = 180;
+
+/// The longest extension accepted, in bytes.
+pub const MAX_EXTENSION_BYTES: usize = 16;
+
+/// How many earlier attempts' temporary files a write looks for.
+const CLEANUP_ATTEMPTS: u32 = 64;
+
+/// The base directory [`WriteFile`] writes under: an engine resource
+/// (`Engine::with_resource(OutputDir::new("/var/lib/app/out"))`), so that
+/// where files go is the deployment's choice, not the stored plan's. It is
+/// created when missing.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OutputDir(pub PathBuf);
+
+impl OutputDir {
+    /// Files go under `path`.
+    pub fn new(path: impl Into<PathBuf>) -> Self {
+        Self(path.into())
+    }
+}
+
+/// Writes one file per event: `{OutputDir}/{subdir}/{escaped event id}.{extension}`.
+///
+/// - **Name**: the event id with every byte outside `[A-Za-z0-9._-]` (and a
+///   leading `.`) written as `%XX`, so an id is never a path, never `.` or
+///   `..`, never hidden, and two ids never share a name ([`file_name_for`]).
+/// - **Content**: a [`ValueFrom`]: the event payload, a JSON pointer into an
+///   earlier step's output, a fixed value, or a template (`{event_id}`,
+///   `{source}`, `{kind}`, …). A string is written as it is; any other value as
+///   pretty-printed JSON with a final newline.
+/// - **Resource**: [`OutputDir`], the base directory.
+/// - **Outcome**: the output is `{"path", "bytes"}`. A re-run writes the same
+///   name again: the file is replaced, never duplicated. A bad `subdir`,
+///   `extension` or content is terminal; an I/O error (a full disk, a
+///   permission) is retryable.
+///
+/// ```
+/// use tickmark::{Engine, Handler, Handlers, NewEvent, WorkerConfig};
+/// use tickmark_steps::{OutputDir, ValueFrom, WriteFile};
+///
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// # let dir = tempfile::tempdir()?;
+/// # let url = format!("sqlite://{}", dir.path().join("w.db").display());
+/// let handlers = Handlers::new().on(
+///     "shop",
+///     "order.paid",
+///     Handler::new().step(WriteFile::new(ValueFrom::event()).subdir("orders").extension("json")),
+/// );
+/// let out = dir.path().join("out");
+/// let engine = Engine::new(tickmark::connect(&url).await?, handlers)?
+///     .with_resource(OutputDir::new(&out));
+/// engine
+///     .accept(NewEvent::with_id("shop", "ord/7", "order.paid", serde_json::json!({"total": 5})))
+///     .await?;
+/// engine.worker(WorkerConfig::default()).run_until_idle().await?;
+///
+/// let written = std::fs::read_to_string(out.join("orders").join("ord%2F7.json"))?;
+/// assert_eq!(serde_json::from_str::<serde_json::Value>(&written)?["total"], 5);
+/// # Ok(())
+/// # }
+/// ```
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct WriteFile {
+    /// What to write.
+    pub content: ValueFrom,
+    /// A relative directory under the [`OutputDir`] (`/`-separated names of
+    /// `[A-Za-z0-9._-]`, none starting with `.`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub subdir: Option<String>,
+    /// The file extension, without the dot (`json`, `txt`): ASCII letters and
+    /// digits only.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub extension: Option<String>,
+}
+
+impl WriteFile {
+    /// Write `content` to a file named after the event id.
+    pub fn new(content: ValueFrom) -> Self {
+        Self {
+            content,
+            subdir: None,
+            extension: None,
+        }
+    }
+
+    /// Write under `subdir` of the output directory.
+    #[must_use]
+    pub fn subdir(mut self, subdir: impl Into<String>) -> Self {
+        self.subdir = Some(subdir.into());
+        self
+    }
+
+    /// Give the file this extension (without the dot).
+    #[must_use]
+    pub fn extension(mut self, extension: impl Into<String>) -> Self {
+        self.extension = Some(extension.into());
+        self
+    }
+
+    /// The directory and file name for `event_id`, relative to the base.
+    fn target(&self, event_id: &str) -> Result<(PathBuf, String), StepError> {
+        let dir = match &self.subdir {
+            Some(subdir) => checked_subdir(subdir)?,
+            None => PathBuf::new(),
+        };
+        let mut name = file_name_for(event_id);
+        if let Some(extension) = &self.extension {
+            let extension = extension.strip_prefix('.').unwrap_or(extension);
+            if extension.is_empty()
+                || extension.len() > MAX_EXTENSION_BYTES
+                || !extension.bytes().all(|b| b.is_ascii_alphanumeric())
+            {
+                return Err(StepError::terminal(format!(
+                    "extension `{extension}` must be 1 to {MAX_EXTENSION_BYTES} ASCII letters or digits"
+                )));
+            }
+            name.push('.');
+            name.push_str(extension);
+        }
+        Ok((dir, name))
+    }
+}
+
+#[typetag::serde(name = "tickmark.write_file")]
+#[async_trait::async_trait]
+impl Step for WriteFile {
+    async fn run(&self, ctx: &mut StepContext<'_>) -> StepResult {
+        let (subdir, name) = self.target(&ctx.event().id)?;
+        let bytes = match self.content.resolve(ctx)?.as_ref() {
+            Value::String(text) => text.clone().into_bytes(),
+            other => {
+                let mut bytes = serde_json::to_vec_pretty(other).map_err(|error| {
+                    StepError::terminal(format!("content cannot be encoded: {error}"))
+                })?;
+                bytes.push(b'\n');
+                bytes
+            }
+        };
+        let base = ctx.resource::<OutputDir>()?.0.clone();
+        let attempt = ctx.attempt();
+        let written = tokio::task::spawn_blocking(move || {
+            let dir = create_dirs(&base, &subdir)?;
+            write_atomically(&dir, &name, &bytes, attempt).map(|path| (path, bytes.len()))
+        })
+        .await
+        .map_err(|error| StepError::retryable(format!("file writer stopped: {error}")))?;
+        let (path, bytes) = written
+            .map_err(|error| StepError::retryable(format!("writing the file failed: {error}")))?;
+        Ok(json!({ "path": path.display().to_string(), "bytes": bytes }))
+    }
+}
+
+/// The file name made from `event_id` (without extension): bytes of
+/// `[A-Za-z0-9._-]` as they are, every other byte as `%XX` (upper-case hex),
+/// and a leading `.` as `%2E`. So a name is never empty, never `.` or `..`,
+/// never hidden, never contains a separator, and two ids never share a name
+/// (`%` itself is escaped). A name longer than [`MAX_STEM_BYTES`] is cut and
+/// ends in `%-` + the SHA-256 of the id in hex — `%-` never comes out of
+/// escaping, so it cannot collide with a short id's name either.
+///
+/// ```
+/// use tickmark_steps::write_file::file_name_for;
+///
+/// assert_eq!(file_name_for("evt_1N9.x-y"), "evt_1N9.x-y");
+/// assert_eq!(file_name_for("../etc/passwd"), "%2E.%2Fetc%2Fpasswd");
+/// assert_eq!(file_name_for("a b%"), "a%20b%25");
+/// assert_eq!(file_name_for(""), "%");
+/// ```
+pub fn file_name_for(event_id: &str) -> String {
+    if event_id.is_empty() {
+        // No id escapes to a lone `%`: it is a name of its own.
+        return "%".to_owned();
+    }
+    let mut name = String::with_capacity(event_id.len());
+    for (index, byte) in event_id.bytes().enumerate() {
+        let plain = byte.is_ascii_alphanumeric() || matches!(byte, b'.' | b'_' | b'-');
+        if plain && !(index == 0 && byte == b'.') {
+            name.push(char::from(byte));
+        } else {
+            name.push_str(&format!("%{byte:02X}"));
+        }
+    }
+    if name.len() <= MAX_STEM_BYTES {
+        return name;
+    }
+    let digest = hex_digest(event_id.as_bytes());
+    let mut keep = MAX_STEM_BYTES - 2 - digest.len();
+    // Never cut inside a `%XX`.
+    while let Some(percent) = name[..keep].rfind('%') {
+        if percent + 3 <= keep {
+            break;
+        }
+        keep = percent;
+    }
+    name.truncate(keep);
+    name.push_str("%-");
+    name.push_str(&digest);
+    name
+}
+
+fn hex_digest(bytes: &[u8]) -> String {
+    Sha256::digest(bytes)
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect()
+}
+
+/// `subdir` as a relative path of plain names, or a terminal error.
+fn checked_subdir(subdir: &str) -> Result<PathBuf, StepError> {
+    let bad = || {
+        StepError::terminal(format!(
+            "subdir `{subdir}` must be `/`-separated names of [A-Za-z0-9._-], none empty or starting with `.`"
+        ))
+    };
+    let mut path = PathBuf::new();
+    for part in subdir.split('/') {
+        let plain = !part.is_empty()
+            && !part.starts_with('.')
+            && part
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-'));
+        if !plain {
+            return Err(bad());
+        }
+        path.push(part);
+    }
+    // Belt and braces: only normal components.
+    if !path.components().all(|c| matches!(c, Component::Normal(_))) {
+        return Err(bad());
+    }
+    Ok(path)
+}
+
+/// Create `base/subdir` as needed, fsyncing the parent of every directory
+/// created so that the new entries are durable too.
+fn create_dirs(base: &Path, subdir: &Path) -> io::Result<PathBuf> {
+    if !base.is_dir() {
+        fs::create_dir_all(base)?;
+        if let Some(parent) = base.parent().filter(|p| !p.as_os_str().is_empty()) {
+            sync_dir(parent)?;
+        }
+    }
+    let mut dir = base.to_path_buf();
+    for part in subdir.components() {
+        let parent = dir.clone();
+        dir.push(part);
+        match fs::create_dir(&dir) {
+            Ok(()) => sync_dir(&parent)?,
+            Err(error) if error.kind() == io::ErrorKind::AlreadyExists && dir.is_dir() => {}
+            Err(error) => return Err(error),
+        }
+    }
+    Ok(dir)
+}
+
+/// Write `bytes` to `dir/name` atomically (see the module documentation).
+fn write_atomically(dir: &Path, name: &str, bytes: &[u8], attempt: u32) -> io::Result<PathBuf> {
+    // What crashed earlier attempts may have left.
+    for earlier in attempt.saturating_sub(CLEANUP_ATTEMPTS)..attempt {
+        match fs::remove_file(dir.join(temp_name(name, earlier))) {
+            Err(error) if error.kind() != io::ErrorKind::NotFound => return Err(error),
+            _ => {}
+        }
+    }
+    let target = dir.join(name);
+    let temp = dir.join(temp_name(name, attempt));
+    let result = (|| {
+        let mut file = OpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .open(&temp)?;
+        file.write_all(bytes)?;
+        file.sync_all()?;
+        drop(file);
+        fs::rename(&temp, &target)?;
+        sync_dir(dir)
+    })();
+    if result.is_err() {
+        let _ = fs::remove_file(&temp);
+    }
+    result.map(|()| target)
+}
+
+/// The temporary name of attempt `attempt` writing `name`.
+fn temp_name(name: &str, attempt: u32) -> String {
+    format!(".{name}.{attempt}.tmp")
+}
+
+/// Make a directory's entries durable (a rename, a new file). Windows has no
+/// directory fsync; there, the rename itself is what we get.
+fn sync_dir(dir: &Path) -> io::Result<()> {
+    if cfg!(unix) {
+        File::open(dir)?.sync_all()
+    } else {
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+    use tickmark::{Resources, StepOutputs};
+
+    use super::*;
+    use crate::test_support::{context, event};
+
+    #[test]
+    fn plain_ids_are_kept() {
+        for id in [
+            "evt_1",
+            "msg_2KWPBgLlAfxdpx2AI54pPJ85f4W",
+            "a.b-c_d",
+            "x..y",
+            "A9",
+        ] {
+            assert_eq!(file_name_for(id), id);
+        }
+    }
+
+    #[test]
+    fn paths_dots_and_separators_are_escaped() {
+        assert_eq!(file_name_for("."), "%2E");
+        assert_eq!(file_name_for(".."), "%2E.");
+        assert_eq!(file_name_for("../x"), "%2E.%2Fx");
+        assert_eq!(file_name_for("/etc/passwd"), "%2Fetc%2Fpasswd");
+        assert_eq!(file_name_for("a\\b"), "a%5Cb");
+        assert_eq!(file_name_for(".hidden"), "%2Ehidden");
+        assert_eq!(file_name_for("C:x"), "C%3Ax");
+        assert_eq!(file_name_for("50%"), "50%25");
+        assert_eq!(file_name_for("é"), "%C3%A9");
+    }
+
+    #[test]
+    fn control_characters_are_escaped() {
+        assert_eq!(file_name_for("a\0b"), "a%00b");
+        assert_eq!(file_name_for("line\nbreak\r\t"), "line%0Abreak%0D%09");
+        assert_eq!(file_name_for("\x7f"), "%7F");
+    }
+
+    #[test]
+    fn names_are_never_paths_and_never_collide() {
+        let ids = [
+            "", ".", "..", "...", "%2E", "%", "%25", "a/b", "a%2Fb", "a b", "a%20b", ".a", "%2Ea",
+        ];
+        let names: Vec<String> = ids.iter().map(|id| file_name_for(id)).collect();
+        for name in &names {
+            assert!(!name.is_empty() && name != "." && name != "..", "{name}");
+            assert!(!name.starts_with('.'), "{name}");
+            assert!(
+                name.bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || b"._-%".contains(&b)),
+                "{name}"
+            );
+            let path = Path::new(name);
+            assert_eq!(path.components().count(), 1, "{name}");
+            assert!(matches!(
+                path.components().next(),
+                Some(Component::Normal(_))
+            ));
+        }
+        let mut unique = names.clone();
+        unique.sort();
+        unique.dedup();
+        assert_eq!(unique.len(), names.len(), "{names:?}");
+    }
+
+    #[test]
+    fn very_long_ids_are_cut_and_hashed() {
+        let long = "x".repeat(1000);
+        let name = file_name_for(&long);
+        assert_eq!(name.len(), MAX_STEM_BYTES);
+        assert!(name.starts_with("xxxx"));
+        assert_eq!(&name[MAX_STEM_BYTES - 66..MAX_STEM_BYTES - 64], "%-");
+        assert_ne!(file_name_for(&format!("{long}y")), name);
+
+        // Exactly at the limit: kept whole.
+        let limit = "y".repeat(MAX_STEM_BYTES);
+        assert_eq!(file_name_for(&limit), limit);
+        assert!(file_name_for(&format!("{limit}y")).contains("%-"));
+
+        // Escapes are never cut in half.
+        for pad in 0..3 {
+            let id = format!("{}{}", "z".repeat(pad), "/".repeat(200));
+            let name = file_name_for(&id);
+            assert!(name.len() <= MAX_STEM_BYTES);
+            let stem = name.split("%-").next().unwrap();
+            assert_eq!((stem.len() - pad) % 3, 0, "{name}");
+            assert!(stem[pad..].split('%').skip(1).all(|e| e == "2F"), "{name}");
+        }
+        // The temporary name stays under the usual 255-byte limit.
+        let full = format!("{name}.{}", "e".repeat(MAX_EXTENSION_BYTES));
+        assert!(temp_name(&full, u32::MAX).len() < 255);
+    }
+
+    #[test]
+    fn subdirs_and_extensions_are_checked() {
+        let step = |subdir: Option<&str>, ext: Option<&str>| WriteFile {
+            content: ValueFrom::event(),
+            subdir: subdir.map(str::to_owned),
+            extension: ext.map(str::to_owned),
+        };
+        assert_eq!(
+            step(Some("a/b-c"), Some("json")).target("e").unwrap(),
+            (PathBuf::from("a/b-c"), "e.json".to_owned())
+        );
+        assert_eq!(step(None, Some(".txt")).target("e").unwrap().1, "e.txt");
+        for bad in [
+            "", "..", "a/../b", "/abs", "a//b", ".git", "a/", "a b", "a\\b",
+        ] {
+            assert!(
+                step(Some(bad), None).target("e").unwrap_err().is_terminal(),
+                "{bad:?}"
+            );
+        }
+        for bad in ["", ".", "j/s", "tar.gz", "x".repeat(17).as_str()] {
+            assert!(
+                step(None, Some(bad)).target("e").unwrap_err().is_terminal(),
+                "{bad:?}"
+            );
+        }
+    }
+
+    fn entries(dir: &Path) -> Vec<String> {
+        let mut names: Vec<String> = fs::read_dir(dir)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        names.sort();
+        names
+    }
+
+    #[test]
+    fn a_rewrite_replaces_and_leaves_no_temporary_files() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = write_atomically(dir.path(), "e.txt", b"first, longer", 1).unwrap();
+        assert_eq!(path, dir.path().join("e.txt"));
+        // A crashed attempt 2 left its temporary file behind.
+        fs::write(dir.path().join(temp_name("e.txt", 2)), b"half").unwrap();
+        write_atomically(dir.path(), "e.txt", b"second", 3).unwrap();
+        assert_eq!(fs::read(&path).unwrap(), b"second");
+        assert_eq!(entries(dir.path()), ["e.txt"]);
+    }
+
+    #[test]
+    fn a_failed_write_removes_its_temporary_file() {
+        let dir = tempfile::tempdir().unwrap();
+        // The target is a non-empty directory: the rename fails.
+        fs::create_dir_all(dir.path().join("e.txt").join("inside")).unwrap();
+        assert!(write_atomically(dir.path(), "e.txt", b"x", 1).is_err());
+        assert_eq!(entries(dir.path()), ["e.txt"]);
+    }
+
+    #[tokio::test]
+    async fn the_step_writes_under_the_output_dir() {
+        let dir = tempfile::tempdir().unwrap();
+        let event = event("../evt 1", json!({"total": 5}));
+        let outputs = StepOutputs::default();
+        let mut resources = Resources::default();
+        resources.insert(OutputDir::new(dir.path().join("base")));
+        let mut ctx = context(&event, "write", &outputs, &resources);
+
+        let json_step = WriteFile::new(ValueFrom::event())
+            .subdir("orders/2024")
+            .extension("json");
+        let output = json_step.run(&mut ctx).await.unwrap();
+        let expected = dir.path().join("base/orders/2024/%2E.%2Fevt%201.json");
+        let content = fs::read_to_string(&expected).unwrap();
+        assert_eq!(content, "{\n  \"total\": 5\n}\n");
+        assert_eq!(
+            output,
+            json!({"path": expected.display().to_string(), "bytes": content.len()})
+        );
+
+        let text_step = WriteFile::new(ValueFrom::template("{kind} {event_id}\n"));
+        text_step.run(&mut ctx).await.unwrap();
+        assert_eq!(
+            fs::read_to_string(dir.path().join("base/%2E.%2Fevt%201")).unwrap(),
+            "order.paid ../evt 1\n"
+        );
+        // Run again: the same files, replaced.
+        json_step.run(&mut ctx).await.unwrap();
+        text_step.run(&mut ctx).await.unwrap();
+        assert_eq!(
+            entries(&dir.path().join("base")),
+            ["%2E.%2Fevt%201", "orders"]
+        );
+        assert_eq!(
+            entries(&dir.path().join("base/orders/2024")),
+            ["%2E.%2Fevt%201.json"]
+        );
+    }
+
+    #[tokio::test]
+    async fn without_an_output_dir_the_step_is_retryable() {
+        let event = event("e", json!({}));
+        let outputs = StepOutputs::default();
+        let resources = Resources::default();
+        let mut ctx = context(&event, "write", &outputs, &resources);
+        let error = WriteFile::new(ValueFrom::event())
+            .run(&mut ctx)
+            .await
+            .unwrap_err();
+        assert!(!error.is_terminal());
+        assert!(error.message().contains("OutputDir"), "{error}");
+    }
+
+    #[test]
+    fn the_stored_form() {
+        let step: &dyn Step =
+            &WriteFile::new(ValueFrom::output("render", "/html")).extension("html");
+        assert_eq!(
+            serde_json::to_value(step).unwrap(),
+            json!({"type": "tickmark.write_file", "config": {
+                "content": {"from": "output", "step": "render", "pointer": "/html"},
+                "extension": "html",
+            }})
+        );
+    }
+}
