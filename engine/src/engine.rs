@@ -52,6 +52,7 @@ impl Engine {
     pub fn worker(&self, config: WorkerConfig) -> Worker {
         Worker::new(
             Arc::clone(&self.store),
+            Arc::clone(&self.registry),
             self.resources.clone(),
             Arc::clone(&self.metrics),
             config,

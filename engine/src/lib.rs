@@ -80,13 +80,20 @@
 //! | [`retry`] | the durable retry schedule |
 //! | [`store`] | one `Store` trait; `postgres` and `sqlite` modules |
 //! | [`receiver`] | the axum webhook receiver; one verifier per provider in `receiver::providers` |
+//! | [`cli`] | `tickmark`, the operator's command line: status, events, retry, skip, prune |
+//! | [`metrics`] | counters and queue gauges in the Prometheus text format |
+//! | [`dashboard`] | the operators' web page: overview, event list, step-status table, retry button |
+//! | [`ops`] | the operations router: `GET /metrics` and the dashboard, to serve beside the receiver |
 //!
 //! The guarantees, and the tests that prove them, are listed in `docs/guarantees.md`.
 
 #![forbid(unsafe_code)]
 
 mod claim;
+#[cfg(feature = "cli")]
+pub mod cli;
 pub mod context;
+pub mod dashboard;
 mod engine;
 mod error;
 pub mod event;
@@ -94,6 +101,8 @@ pub mod handler;
 mod idempotency;
 pub mod inbox;
 pub mod metrics;
+pub mod ops;
+pub mod ordering;
 pub mod plan;
 pub mod receiver;
 mod resources;
@@ -110,6 +119,7 @@ pub use handler::{ConfigError, Handler, Handlers, ANY};
 pub use idempotency::idempotency_key;
 pub use inbox::Accepted;
 pub use metrics::Metrics;
+pub use plan::StepOptions;
 pub use receiver::Receiver;
 pub use resources::Resources;
 pub use retry::RetryPolicy;

@@ -1,3 +1,4 @@
 //! Shared code of the tickmark examples.
 
+pub mod bench;
 pub mod payments;

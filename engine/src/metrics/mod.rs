@@ -5,7 +5,7 @@
 //! | metric | type | labels |
 //! |---|---|---|
 //! | `tickmark_events_received_total` | counter | `source`, `outcome` (`new`, `duplicate`, `ignored`) |
-//! | `tickmark_deliveries_rejected_total` | counter | `source`, `reason` (`bad_signature`, `body_too_large`, `store_unavailable`, …) |
+//! | `tickmark_deliveries_rejected_total` | counter | `source`, `reason` (`bad_signature`, `payload_too_large`, `store_unavailable`, …) |
 //! | `tickmark_steps_done_total` | counter | `step` |
 //! | `tickmark_steps_failed_total` | counter | `step`, `then` (`retry`, `dead`) |
 //! | `tickmark_step_duration_seconds` | histogram | `step` |
@@ -13,6 +13,7 @@
 //! | `tickmark_leases_lost_total` | counter | |
 //! | `tickmark_events` | gauge | `state` — rows per state, from the database |
 //! | `tickmark_oldest_pending_age_seconds` | gauge | age of the oldest due, unclaimed event |
+//! | `tickmark_events_stuck` | gauge | running events whose lease expired without a mark (their worker died or stalled) |
 
 mod render;
 

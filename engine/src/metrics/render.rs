@@ -59,6 +59,8 @@ pub async fn render(metrics: &Metrics, store: &dyn Store) -> Result<String, Stor
         .map(|age| age.as_secs_f64())
         .unwrap_or(0.0);
     let _ = writeln!(out, "# HELP {name} How long the oldest due, unclaimed event has waited (0 when none).\n# TYPE {name} gauge\n{name} {age}");
+    let name = "tickmark_events_stuck";
+    let _ = writeln!(out, "# HELP {name} Running events whose lease expired without a mark (their worker died or stalled).\n# TYPE {name} gauge\n{name} {}", counts.stuck);
     Ok(out)
 }
 

@@ -1,5 +1,6 @@
 //! How a worker runs: concurrency, lease, heartbeat, polling, grace period.
 
+use std::collections::BTreeMap;
 use std::time::Duration;
 
 /// A worker's settings. The defaults suit handlers from milliseconds to hours.
@@ -21,6 +22,10 @@ pub struct WorkerConfig {
     pub poll_every: Duration,
     /// On shutdown, running steps get this long to finish before they are cancelled.
     pub grace: Duration,
+    /// At most this many events of a source run at once in this worker.
+    pub source_limits: BTreeMap<String, usize>,
+    /// At most this many events of a (source, kind) run at once in this worker.
+    pub kind_limits: BTreeMap<(String, String), usize>,
 }
 
 impl Default for WorkerConfig {
@@ -34,6 +39,8 @@ impl Default for WorkerConfig {
             heartbeat_every: lease / 3,
             poll_every: Duration::from_secs(2),
             grace: Duration::from_secs(10),
+            source_limits: BTreeMap::new(),
+            kind_limits: BTreeMap::new(),
         }
     }
 }
@@ -62,6 +69,26 @@ impl WorkerConfig {
     /// Set the grace period on shutdown.
     pub fn with_grace(mut self, grace: Duration) -> Self {
         self.grace = grace;
+        self
+    }
+
+    /// Run at most `limit` events of `source` at once in this worker (the
+    /// claim skips the source while it is full). Per worker process: a fleet
+    /// of N workers runs up to N × `limit`.
+    pub fn with_source_limit(mut self, source: impl Into<String>, limit: usize) -> Self {
+        self.source_limits.insert(source.into(), limit.max(1));
+        self
+    }
+
+    /// Run at most `limit` events of (`source`, `kind`) at once in this worker.
+    pub fn with_kind_limit(
+        mut self,
+        source: impl Into<String>,
+        kind: impl Into<String>,
+        limit: usize,
+    ) -> Self {
+        self.kind_limits
+            .insert((source.into(), kind.into()), limit.max(1));
         self
     }
 

@@ -1,6 +1,8 @@
 //! The runner: a worker's claim loop, and the execution of one event's steps.
 
 mod config;
+mod limits;
+mod plan_cache;
 mod run_event;
 mod run_step;
 mod signals;

@@ -8,25 +8,34 @@ use chrono::Utc;
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
-use super::run_step::{run_step, StepRun};
+use super::limits::Limits;
+use super::plan_cache::PlanCache;
+use super::run_step::{run_step, StepInputs, StepRun};
 use super::{WorkerConfig, WorkerSignals};
 use crate::claim::LeaseBook;
 use crate::context::StepOutputs;
+use crate::handler::Registry;
 use crate::metrics::Metrics;
-use crate::plan::Plan;
 use crate::resources::Resources;
+use crate::step::FailureKind;
 use crate::store::transient::retry_transient;
-use crate::store::{AfterFailure, ClaimedEvent, Lease, MarkDone, MarkFailed, Store, StoreError};
+use crate::store::{
+    AfterFailure, ClaimedEvent, Lease, MarkDone, MarkFailed, Release, SequenceCheck, Store,
+    StoreError,
+};
 
 /// What a worker's event tasks share.
 #[derive(Debug)]
 pub(crate) struct RunnerShared {
     pub store: Arc<dyn Store>,
+    pub registry: Arc<Registry>,
     pub resources: Resources,
     pub metrics: Arc<Metrics>,
     pub config: WorkerConfig,
     pub signals: WorkerSignals,
     pub book: Arc<LeaseBook>,
+    pub limits: Arc<Limits>,
+    pub plans: PlanCache,
     /// Stop claiming; running events stop at their next step boundary.
     pub shutdown: CancellationToken,
     /// The grace period is over: cancel running steps.
@@ -44,6 +53,10 @@ pub(crate) enum EventEnd {
     Dead,
     /// Parked on a plan this build cannot run.
     Parked,
+    /// Recorded as stale: not newer than its resource's last applied event.
+    Stale,
+    /// Its step asked to run again later.
+    Snoozed,
     /// Given back on shutdown.
     Released,
     /// The lease was taken over or expired: this worker changed nothing more.
@@ -61,7 +74,7 @@ pub(crate) async fn run_event(
     let lease = claimed.lease;
     let budget = shared.config.lease;
 
-    let plan = match Plan::decode(&claimed.plan_json) {
+    let plan = match shared.plans.get(&claimed.plan_json) {
         Ok(plan) => plan,
         Err(error) => return park(store, &lease, &error.to_string(), budget).await,
     };
@@ -73,6 +86,21 @@ pub(crate) async fn run_event(
             plan.len()
         );
         return park(store, &lease, &reason, budget).await;
+    }
+
+    if let (0, Some(key), Some(seq)) = (first, &claimed.resource_key, claimed.resource_seq) {
+        let checked = retry_transient("check sequence", budget, || {
+            store.event_sequence_check(&lease, key, seq)
+        })
+        .await;
+        match checked {
+            Ok(SequenceCheck::Apply) => {}
+            Ok(SequenceCheck::Stale { last_seq }) => {
+                tracing::info!(resource = %key, sequence = seq, last_seq, "stale event: recorded, not run");
+                return EventEnd::Stale;
+            }
+            Err(error) => return after_mark(Err(error), EventEnd::Abandoned),
+        }
     }
 
     let mut outputs = StepOutputs::default();
@@ -103,8 +131,9 @@ pub(crate) async fn run_event(
     for (position, planned) in plan.steps.iter().enumerate().skip(first) {
         if shared.shutdown.is_cancelled() {
             // The step has not started: give the attempt back with the lease.
-            return release(store, &lease, budget, true).await;
+            return release(store, &lease, budget, &Release::now(true)).await;
         }
+        let retry = plan.retry_of(position);
         let position_i32 = i32::try_from(position).unwrap_or(i32::MAX);
         let attempt_i32 = i32::try_from(attempt).unwrap_or(i32::MAX);
         let span = tracing::info_span!(
@@ -115,12 +144,12 @@ pub(crate) async fn run_event(
             attempt
         );
 
-        if !within_attempts(&plan, attempt) {
+        if attempt > retry.max_attempts.max(1) {
             // Every earlier attempt ended with the worker gone (a crash or a
             // lost lease), so no failure was ever recorded: a poison step.
             let error = format!(
                 "ran out of attempts: the worker stopped (crash or lost lease) during each of {} attempts",
-                plan.retry.max_attempts
+                retry.max_attempts
             );
             let now = Utc::now();
             let mark = MarkFailed {
@@ -141,15 +170,17 @@ pub(crate) async fn run_event(
         }
 
         let started_at = Utc::now();
-        let run = run_step(
+        let run = run_step(StepInputs {
             store,
             planned,
-            &claimed.event,
-            &outputs,
+            event: &claimed.event,
+            lease,
+            outputs: &outputs,
             attempt,
-            &cancel,
-            &shared.resources,
-        )
+            cancel: &cancel,
+            resources: &shared.resources,
+            registry: &shared.registry,
+        })
         .instrument(span.clone())
         .await;
         let finished_at = Utc::now();
@@ -158,12 +189,12 @@ pub(crate) async fn run_event(
         match run {
             Err(error) => {
                 tracing::warn!(%error, "could not open the step's transaction; giving the event back");
-                return release(store, &lease, budget, true).await;
+                return release(store, &lease, budget, &Release::now(true)).await;
             }
             Ok(StepRun::Cancelled) if shared.hard_stop.is_cancelled() => {
                 tracing::info!("grace period over; step cancelled, giving the event back");
                 // It started: the attempt counts.
-                return release(store, &lease, budget, false).await;
+                return release(store, &lease, budget, &Release::now(false)).await;
             }
             Ok(StepRun::Cancelled) => {
                 tracing::warn!("lease lost while the step ran; another worker resumes the event");
@@ -224,19 +255,42 @@ pub(crate) async fn run_event(
             Ok(StepRun::Finished {
                 result: Err(failure),
                 transaction,
+            }) if matches!(failure.kind(), FailureKind::Snooze { .. }) => {
+                drop(transaction);
+                let FailureKind::Snooze { delay } = failure.kind() else {
+                    unreachable!("matched above")
+                };
+                let note = format!("snoozed for {}: {failure}", human(delay));
+                tracing::info!(delay_ms = delay.as_millis() as u64, reason = %failure, "step snoozed");
+                let snooze = Release {
+                    refund_attempt: true,
+                    delay,
+                    snoozed: true,
+                    note: Some(&note),
+                };
+                return match release(store, &lease, budget, &snooze).await {
+                    EventEnd::Released => EventEnd::Snoozed,
+                    other => other,
+                };
+            }
+            Ok(StepRun::Finished {
+                result: Err(failure),
+                transaction,
             }) => {
                 // Roll back whatever a transactional step wrote.
                 drop(transaction);
                 shared.signals.update(|s| s.steps_failed += 1);
-                let max = plan.retry.max_attempts.max(1);
+                let max = retry.max_attempts.max(1);
                 let (then, error, end) = if failure.is_terminal() {
                     let error = format!("terminal failure on attempt {attempt}: {failure}");
                     (AfterFailure::Dead, error, EventEnd::Dead)
-                } else if !plan.retry.allows_another_attempt(attempt) {
+                } else if !retry.allows_another_attempt(attempt) {
                     let error = format!("attempt {attempt} of {max} failed, none left: {failure}");
                     (AfterFailure::Dead, error, EventEnd::Dead)
                 } else {
-                    let delay = plan.retry.delay_after(attempt, rand::random::<f64>());
+                    let delay = retry
+                        .delay_after(attempt, rand::random::<f64>())
+                        .max(failure.retry_after().unwrap_or_default());
                     let error = format!(
                         "attempt {attempt} of {max} failed, retrying in {}: {failure}",
                         human(delay)
@@ -275,10 +329,6 @@ pub(crate) async fn run_event(
     EventEnd::Done
 }
 
-fn within_attempts(plan: &Plan, attempt: u32) -> bool {
-    attempt <= plan.retry.max_attempts.max(1)
-}
-
 fn after_mark(marked: Result<(), StoreError>, end: EventEnd) -> EventEnd {
     match marked {
         Ok(()) => end,
@@ -308,10 +358,10 @@ async fn release(
     store: &dyn Store,
     lease: &Lease,
     budget: Duration,
-    refund_attempt: bool,
+    release: &Release<'_>,
 ) -> EventEnd {
     match retry_transient("release", budget.min(Duration::from_secs(5)), || {
-        store.event_release(lease, refund_attempt)
+        store.event_release(lease, release)
     })
     .await
     {

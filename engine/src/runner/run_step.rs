@@ -1,6 +1,6 @@
 //! Run one step: build its context, open the engine's transaction if it is
-//! transactional, and race it against the event's cancellation. A panic in a
-//! step is a retryable failure, not a dead worker.
+//! transactional, apply its timeout, and race it against the event's
+//! cancellation. A panic in a step is a retryable failure, not a dead worker.
 
 use std::any::Any;
 use std::panic::AssertUnwindSafe;
@@ -8,17 +8,19 @@ use std::panic::AssertUnwindSafe;
 use futures_util::FutureExt;
 use tokio_util::sync::CancellationToken;
 
-use crate::context::{StepContext, StepOutputs};
+use crate::context::{ProgressReporter, StepContext, StepOutputs};
 use crate::event::Event;
+use crate::handler::Registry;
 use crate::plan::PlannedStep;
 use crate::resources::Resources;
 use crate::step::{StepError, StepResult};
-use crate::store::{StepTransaction, Store, StoreError};
+use crate::store::{Lease, StepTransaction, Store, StoreError};
 
 /// How a step's run ended.
 pub(crate) enum StepRun {
-    /// It returned (or panicked). A transactional step's transaction is still
-    /// open: the mark commits it, a failure drops (rolls back) it.
+    /// It returned (or panicked, or timed out). A transactional step's
+    /// transaction is still open: the mark commits it, a failure drops (rolls
+    /// back) it.
     Finished {
         result: StepResult,
         transaction: Option<StepTransaction>,
@@ -28,15 +30,31 @@ pub(crate) enum StepRun {
     Cancelled,
 }
 
-pub(crate) async fn run_step(
-    store: &dyn Store,
-    planned: &PlannedStep,
-    event: &Event,
-    outputs: &StepOutputs,
-    attempt: u32,
-    cancel: &CancellationToken,
-    resources: &Resources,
-) -> Result<StepRun, StoreError> {
+/// Everything one run of one step needs.
+pub(crate) struct StepInputs<'a> {
+    pub store: &'a dyn Store,
+    pub planned: &'a PlannedStep,
+    pub event: &'a Event,
+    pub lease: Lease,
+    pub outputs: &'a StepOutputs,
+    pub attempt: u32,
+    pub cancel: &'a CancellationToken,
+    pub resources: &'a Resources,
+    pub registry: &'a Registry,
+}
+
+pub(crate) async fn run_step(inputs: StepInputs<'_>) -> Result<StepRun, StoreError> {
+    let StepInputs {
+        store,
+        planned,
+        event,
+        lease,
+        outputs,
+        attempt,
+        cancel,
+        resources,
+        registry,
+    } = inputs;
     let mut transaction = if planned.step.transactional() {
         Some(store.step_transaction_begin().await?)
     } else {
@@ -51,11 +69,24 @@ pub(crate) async fn run_step(
             cancel.clone(),
             transaction.as_mut(),
             resources,
-        );
+        )
+        .with_progress(ProgressReporter::new(store, lease))
+        .with_inbox(store, registry);
         let run = AssertUnwindSafe(planned.step.run(&mut ctx)).catch_unwind();
+        let timed = async {
+            match planned.options.timeout {
+                Some(limit) => tokio::time::timeout(limit, run).await.unwrap_or_else(|_| {
+                    Ok(Err(StepError::retryable(format!(
+                        "timed out after {:.1} s",
+                        limit.as_secs_f64()
+                    ))))
+                }),
+                None => run.await,
+            }
+        };
         tokio::select! {
             biased;
-            finished = run => finished.unwrap_or_else(|panic| {
+            finished = timed => finished.unwrap_or_else(|panic| {
                 Err(StepError::retryable(format!("step panicked: {}", panic_message(&*panic))))
             }),
             _ = cancel.cancelled() => return Ok(StepRun::Cancelled),

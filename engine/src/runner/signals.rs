@@ -23,6 +23,8 @@ pub struct WorkerStats {
     pub events_dead: u64,
     /// Events parked on an unknown step.
     pub events_parked: u64,
+    /// Events recorded as stale (not newer than their resource's last applied one).
+    pub events_stale: u64,
     /// Leases lost (taken over, or expired before renewal).
     pub leases_lost: u64,
     /// Events running now.

@@ -10,21 +10,29 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
+use super::limits::Limits;
+use super::plan_cache::PlanCache;
 use super::run_event::{run_event, EventEnd, RunnerShared};
 use super::{WorkerConfig, WorkerSignals, WorkerStats};
 use crate::claim::{heartbeat_loop, LeaseBook};
+use crate::handler::Registry;
 use crate::metrics::Metrics;
 use crate::resources::Resources;
-use crate::store::{ClaimParams, ClaimedEvent, Store, StoreError, Wakeups};
+use crate::store::{ClaimParams, ClaimedEvent, Release, Store, StoreError, Wakeups};
 
 /// Shortest nap between claims when rows are due but none could be taken
 /// (another worker's claim holds them for a moment).
 const MIN_NAP: Duration = Duration::from_millis(10);
 
+/// Under a backlog, a claim waits up to this long for a batch's worth of
+/// free slots before claiming fewer.
+const BATCH_WINDOW: Duration = Duration::from_millis(20);
+
 /// Runs events from a store. Build it with [`Engine::worker`](crate::Engine::worker).
 #[derive(Debug)]
 pub struct Worker {
     store: Arc<dyn Store>,
+    registry: Arc<Registry>,
     resources: Resources,
     metrics: Arc<Metrics>,
     config: WorkerConfig,
@@ -34,12 +42,14 @@ pub struct Worker {
 impl Worker {
     pub(crate) fn new(
         store: Arc<dyn Store>,
+        registry: Arc<Registry>,
         resources: Resources,
         metrics: Arc<Metrics>,
         config: WorkerConfig,
     ) -> Self {
         Self {
             store,
+            registry,
             resources,
             metrics,
             config,
@@ -64,11 +74,17 @@ impl Worker {
         let config = self.config;
         let shared = Arc::new(RunnerShared {
             store: Arc::clone(&self.store),
+            registry: self.registry,
             resources: self.resources,
             metrics: self.metrics,
             config: config.clone(),
             signals: self.signals.clone(),
             book: Arc::new(LeaseBook::default()),
+            limits: Arc::new(Limits::new(
+                config.source_limits.clone(),
+                config.kind_limits.clone(),
+            )),
+            plans: PlanCache::default(),
             shutdown: shutdown.clone(),
             hard_stop: CancellationToken::new(),
         });
@@ -87,6 +103,9 @@ impl Worker {
         let mut wakeups: Option<Wakeups> = None;
         let mut tasks: JoinSet<()> = JoinSet::new();
         let mut claim_failures: u32 = 0;
+        // Whether the last claim filled its batch, so more is probably due.
+        let mut backlog = false;
+        let mut last_claim = Instant::now();
         loop {
             if shutdown.is_cancelled() {
                 break;
@@ -99,16 +118,25 @@ impl Worker {
             }
 
             let free = config.concurrency.saturating_sub(tasks.len());
+            // Under a backlog, claim in batches (a quarter of the concurrency
+            // at least) instead of one event each time one finishes.
+            let min_claim = if tasks.is_empty() || last_claim.elapsed() >= BATCH_WINDOW {
+                1
+            } else {
+                (config.concurrency / 4).max(1)
+            };
             let mut full_batch = false;
-            if free > 0 {
+            if free >= min_claim {
                 let limit = u32::try_from(free)
                     .unwrap_or(u32::MAX)
                     .min(config.claim_batch.max(1));
                 let claimed_at = Instant::now();
+                last_claim = claimed_at;
+                let (skip_sources, skip_kinds) = shared.limits.saturated();
                 let params = ClaimParams {
-                    worker: &config.name,
-                    limit,
-                    lease_for: config.lease,
+                    skip_sources: &skip_sources,
+                    skip_kinds: &skip_kinds,
+                    ..ClaimParams::new(&config.name, limit, config.lease)
                 };
                 let claim_span = tracing::debug_span!("claim", worker = %config.name, limit);
                 match shared
@@ -120,6 +148,7 @@ impl Worker {
                     Ok(events) => {
                         claim_failures = 0;
                         full_batch = events.len() == limit as usize;
+                        backlog = full_batch;
                         for event in events {
                             spawn_event(&mut tasks, &shared, event, claimed_at);
                         }
@@ -138,6 +167,15 @@ impl Worker {
                 }
             }
             if full_batch {
+                continue;
+            }
+            if backlog && !tasks.is_empty() {
+                // More is due: wait for room, not for a wake-up or a poll.
+                tokio::select! {
+                    _ = shutdown.cancelled() => break,
+                    Some(joined) = tasks.join_next() => report_panic(joined),
+                    _ = tokio::time::sleep(BATCH_WINDOW) => {}
+                }
                 continue;
             }
 
@@ -223,6 +261,20 @@ fn spawn_event(
     claimed: ClaimedEvent,
     claimed_at: Instant,
 ) {
+    let Some(slot) = shared
+        .limits
+        .try_take(&claimed.event.source, &claimed.event.kind)
+    else {
+        // Claimed past a limit (the batch held more of one source than it had
+        // room for): give it straight back, attempt refunded.
+        let store = Arc::clone(&shared.store);
+        tasks.spawn(async move {
+            if let Err(error) = store.event_release(&claimed.lease, &Release::now(true)).await {
+                tracing::debug!(%error, "could not give back an event over its limit; its lease will expire");
+            }
+        });
+        return;
+    };
     let cancel = shared.hard_stop.child_token();
     let held = shared.book.hold(
         claimed.lease,
@@ -251,6 +303,7 @@ fn spawn_event(
     tasks.spawn(
         async move {
             let _held = held;
+            let _slot = slot;
             let _in_flight = InFlight(shared.signals.clone());
             if took_over {
                 tracing::warn!("took over an expired lease: resuming at the first unfinished step");
@@ -260,6 +313,7 @@ fn spawn_event(
                 EventEnd::Done => s.events_done += 1,
                 EventEnd::Dead => s.events_dead += 1,
                 EventEnd::Parked => s.events_parked += 1,
+                EventEnd::Stale => s.events_stale += 1,
                 _ => {}
             });
             tracing::debug!(?end, "event run ended");

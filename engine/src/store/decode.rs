@@ -55,3 +55,11 @@ pub(crate) fn lease_kept(rows_affected: u64, lease: &Lease) -> Result<(), StoreE
 pub(crate) fn confirmed(applied: bool, lease: &Lease) -> Result<(), StoreError> {
     lease_kept(u64::from(applied), lease)
 }
+
+/// Why an event was recorded as stale.
+pub(crate) fn stale_reason(resource_key: &str, resource_seq: i64, last_seq: i64) -> String {
+    format!(
+        "stale: sequence {resource_seq} of {resource_key} is not newer than {last_seq}, \
+         already applied; recorded, not run"
+    )
+}

@@ -8,6 +8,7 @@
 pub mod admin;
 mod decode;
 mod error;
+pub(crate) mod group_commit;
 pub mod postgres;
 mod records;
 pub mod sqlite;
@@ -22,7 +23,7 @@ use std::time::Duration;
 pub use error::StoreError;
 pub use records::{
     AfterFailure, ClaimParams, ClaimedEvent, EventCounts, EventInsert, EventRecord, InsertOutcome,
-    Lease, MarkDone, MarkFailed, StepStatus,
+    Lease, MarkDone, MarkFailed, PlanGroup, Release, SequenceCheck, StepStatus, KIND_SEPARATOR,
 };
 pub use transaction::StepTransaction;
 pub use wakeups::Wakeups;
@@ -73,10 +74,26 @@ pub trait Store: admin::Admin + Send + Sync + fmt::Debug {
         lease_for: Duration,
     ) -> Result<Vec<i64>, StoreError>;
 
-    /// Give a leased event back at once (graceful shutdown). With
-    /// `refund_attempt`, the attempt the claim (or last mark) counted is given
-    /// back too: the current step never started.
-    async fn event_release(&self, lease: &Lease, refund_attempt: bool) -> Result<(), StoreError>;
+    /// Give a leased event back without finishing its step: on shutdown (at
+    /// once), or because the step snoozed (after a delay, attempt refunded).
+    async fn event_release(&self, lease: &Lease, release: &Release<'_>) -> Result<(), StoreError>;
+
+    /// Record what the running step reports about its progress.
+    async fn event_progress(
+        &self,
+        lease: &Lease,
+        fraction: f32,
+        message: &str,
+    ) -> Result<(), StoreError>;
+
+    /// Before an ordered event's first step: make its sequence the last
+    /// applied for its resource if it is newer, else mark the event stale.
+    async fn event_sequence_check(
+        &self,
+        lease: &Lease,
+        resource_key: &str,
+        resource_seq: i64,
+    ) -> Result<SequenceCheck, StoreError>;
 
     /// Stop a leased event whose plan this build cannot run; it waits for an operator.
     async fn event_park(&self, lease: &Lease, reason: &str) -> Result<(), StoreError>;
@@ -90,6 +107,11 @@ pub trait Store: admin::Admin + Send + Sync + fmt::Debug {
 
     /// Events per state, and the age of the oldest due pending event.
     async fn event_counts(&self) -> Result<EventCounts, StoreError>;
+
+    /// The distinct plans of events that may still run (pending, running,
+    /// dead, parked), to check before a deploy that the new build knows
+    /// every step type they name.
+    async fn plans_unfinished(&self) -> Result<Vec<PlanGroup>, StoreError>;
 
     /// One event by its row number.
     async fn event_get(&self, event_seq: i64) -> Result<Option<EventRecord>, StoreError>;

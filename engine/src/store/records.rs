@@ -26,6 +26,43 @@ pub struct EventInsert<'a> {
     pub state: EventState,
     /// Run not before this time.
     pub not_before: Option<DateTime<Utc>>,
+    /// `{source}:{resource id}` when the handler orders events per resource.
+    pub resource_key: Option<&'a str>,
+    /// The event's sequence for its resource, when stale events are skipped.
+    pub resource_seq: Option<i64>,
+}
+
+impl EventInsert<'_> {
+    /// An owned copy, for a group-commit queue.
+    pub(crate) fn to_owned_insert(&self) -> OwnedEventInsert {
+        OwnedEventInsert {
+            source: self.source.to_owned(),
+            dedup_key: self.dedup_key.to_owned(),
+            kind: self.kind.to_owned(),
+            payload_json: self.payload_json.to_owned(),
+            plan_json: self.plan_json.to_owned(),
+            step_count: self.step_count,
+            state: self.state,
+            not_before: self.not_before,
+            resource_key: self.resource_key.map(str::to_owned),
+            resource_seq: self.resource_seq,
+        }
+    }
+}
+
+/// [`EventInsert`], owned.
+#[derive(Debug, Clone)]
+pub(crate) struct OwnedEventInsert {
+    pub source: String,
+    pub dedup_key: String,
+    pub kind: String,
+    pub payload_json: String,
+    pub plan_json: String,
+    pub step_count: i32,
+    pub state: EventState,
+    pub not_before: Option<DateTime<Utc>>,
+    pub resource_key: Option<String>,
+    pub resource_seq: Option<i64>,
 }
 
 /// The dedup decision.
@@ -47,7 +84,27 @@ pub struct ClaimParams<'a> {
     pub limit: u32,
     /// Lease length.
     pub lease_for: Duration,
+    /// Sources this worker runs as many events of as it may: skip them.
+    pub skip_sources: &'a [String],
+    /// (source, kind) pairs likewise, each as `source` + U+001F + `kind`.
+    pub skip_kinds: &'a [String],
 }
+
+impl<'a> ClaimParams<'a> {
+    /// Claim up to `limit` events for `worker`, leased for `lease_for`.
+    pub fn new(worker: &'a str, limit: u32, lease_for: Duration) -> Self {
+        Self {
+            worker,
+            limit,
+            lease_for,
+            skip_sources: &[],
+            skip_kinds: &[],
+        }
+    }
+}
+
+/// The separator of a (source, kind) pair in [`ClaimParams::skip_kinds`].
+pub const KIND_SEPARATOR: char = '\u{1f}';
 
 /// A lease: the event and the fencing token of the claim that took it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -73,6 +130,48 @@ pub struct ClaimedEvent {
     pub lease: Lease,
     /// Whether this claim took over an expired lease of another worker.
     pub took_over: bool,
+    /// Its resource, when ordered.
+    pub resource_key: Option<String>,
+    /// Its sequence, when stale events are skipped.
+    pub resource_seq: Option<i64>,
+}
+
+/// How a leased event is given back without finishing.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Release<'a> {
+    /// Give back the attempt the claim (or last mark) counted: the step did
+    /// not really run (shutdown before it started, a snooze).
+    pub refund_attempt: bool,
+    /// Due again after this long (zero: at once).
+    pub delay: Duration,
+    /// The step asked for the delay (a snooze), as opposed to a shutdown.
+    pub snoozed: bool,
+    /// Shown as the event's last error (why it waits).
+    pub note: Option<&'a str>,
+}
+
+impl Release<'static> {
+    /// Give the event back at once (shutdown); refund when the step never started.
+    pub fn now(refund_attempt: bool) -> Self {
+        Self {
+            refund_attempt,
+            delay: Duration::ZERO,
+            snoozed: false,
+            note: None,
+        }
+    }
+}
+
+/// The answer of a sequence check before an ordered event's first step.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SequenceCheck {
+    /// Newer than the last applied: it is now the last applied; run it.
+    Apply,
+    /// Not newer: the event is now `stale` and must not run.
+    Stale {
+        /// The last applied sequence for the resource.
+        last_seq: i64,
+    },
 }
 
 /// A step finished: record it done.
@@ -92,6 +191,48 @@ pub struct MarkDone<'a> {
     pub finished_at: DateTime<Utc>,
     /// Its output as JSON text.
     pub output_json: &'a str,
+}
+
+impl MarkDone<'_> {
+    /// An owned copy, for a group-commit queue.
+    pub(crate) fn to_owned_mark(&self) -> OwnedMarkDone {
+        OwnedMarkDone {
+            lease: self.lease,
+            position: self.position,
+            step: self.step.to_owned(),
+            attempt: self.attempt,
+            started_at: self.started_at,
+            finished_at: self.finished_at,
+            output_json: self.output_json.to_owned(),
+        }
+    }
+}
+
+impl OwnedMarkDone {
+    /// Borrow it back as a [`MarkDone`].
+    pub(crate) fn as_mark(&self) -> MarkDone<'_> {
+        MarkDone {
+            lease: self.lease,
+            position: self.position,
+            step: &self.step,
+            attempt: self.attempt,
+            started_at: self.started_at,
+            finished_at: self.finished_at,
+            output_json: &self.output_json,
+        }
+    }
+}
+
+/// [`MarkDone`], owned.
+#[derive(Debug, Clone)]
+pub(crate) struct OwnedMarkDone {
+    pub lease: Lease,
+    pub position: i32,
+    pub step: String,
+    pub attempt: i32,
+    pub started_at: DateTime<Utc>,
+    pub finished_at: DateTime<Utc>,
+    pub output_json: String,
 }
 
 /// What happens to an event after a failed attempt.
@@ -178,6 +319,21 @@ pub struct StepStatus {
     pub last_error: Option<String>,
     /// The stored output, once done.
     pub output: Option<serde_json::Value>,
+    /// While running: the fraction done the step last reported (0 to 1).
+    pub progress: Option<f32>,
+    /// While running: what the step last said it was doing.
+    pub progress_message: Option<String>,
+}
+
+/// Unfinished events that share one stored plan (for `plans check`).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct PlanGroup {
+    /// The stored plan, as JSON text.
+    pub plan_json: String,
+    /// How many unfinished events carry it.
+    pub events: i64,
+    /// The row number of one of them.
+    pub example_seq: i64,
 }
 
 /// How many events are in each state, for metrics and `tickmark status`.
@@ -187,4 +343,6 @@ pub struct EventCounts {
     pub by_state: Vec<(EventState, i64)>,
     /// How long the oldest due, unclaimed event has waited.
     pub oldest_pending_age: Option<Duration>,
+    /// Running events whose lease has expired without a mark.
+    pub stuck: i64,
 }

@@ -3,7 +3,8 @@
 //! ```text
 //! STRIPE_WEBHOOK_SECRET=whsec_test cargo run -p tickmark-examples --bin payments -- \
 //!     [--database-url URL] [--listen ADDR] [--receipt-url URL] [--render-secs N] \
-//!     [--out-dir DIR] [--public-url URL]
+//!     [--out-dir DIR] [--public-url URL] \
+//!     [--dashboard-listen ADDR --dashboard-token TOKEN]
 //! ```
 //!
 //! Stripe's `invoice.payment_succeeded` runs `credit_account` (in the
@@ -11,7 +12,8 @@
 //! and `render_invoice` (a long step that writes `<out-dir>/<event id>.txt`);
 //! every other verified event, from any source, runs `record`. `--help` lists
 //! the sources and their secrets; `docs/receiver.md` walks through it with
-//! curl and openssl.
+//! curl and openssl. With `--dashboard-listen`, the dashboard and `/metrics`
+//! are served on a second address (`docs/dashboard.md`).
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -19,6 +21,7 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use clap::Parser;
+use tickmark::dashboard::Dashboard;
 use tickmark::receiver::PublicBaseUrl;
 use tickmark::{Engine, Receiver, WorkerConfig};
 use tickmark_examples::payments::{self, ReceiptClient, ReceiptUrl, Settings, SourceSetup};
@@ -54,6 +57,7 @@ Environment (a source without its secret is off: its path answers 404):
   SLACK_SIGNING_SECRET     Slack app signing secret
   TWILIO_AUTH_TOKEN        Twilio auth token (set --public-url behind a proxy)
   DATABASE_URL             same as --database-url
+  TICKMARK_DASHBOARD_TOKEN same as --dashboard-token
   RUST_LOG                 log filter (default: info)
 Each secret variable may hold several comma-separated secrets while one is rotated.
 
@@ -101,6 +105,22 @@ struct Args {
     /// the URL checked is this base + the request's path and query.
     #[arg(long, value_name = "URL")]
     public_url: Option<PublicBaseUrl>,
+
+    /// Serve the dashboard and `/metrics` on this address, e.g.
+    /// `127.0.0.1:9090` (off by default). Keep it private: pages show
+    /// payloads; only the retry button needs the token.
+    #[arg(long, value_name = "ADDR")]
+    dashboard_listen: Option<SocketAddr>,
+
+    /// The dashboard's bearer token, needed to retry events from it.
+    /// Required with --dashboard-listen; use a long random secret.
+    #[arg(
+        long,
+        env = "TICKMARK_DASHBOARD_TOKEN",
+        value_name = "TOKEN",
+        hide_env_values = true
+    )]
+    dashboard_token: Option<String>,
 }
 
 #[tokio::main]
@@ -122,6 +142,14 @@ async fn main() -> ExitCode {
 }
 
 async fn run(args: Args) -> Result<(), String> {
+    let dashboard_token = match (&args.dashboard_listen, args.dashboard_token.as_deref()) {
+        (Some(_), None | Some("")) => {
+            return Err(
+                "--dashboard-listen needs --dashboard-token (or TICKMARK_DASHBOARD_TOKEN)".into(),
+            )
+        }
+        (_, token) => token.map(str::to_owned),
+    };
     std::fs::create_dir_all(&args.out_dir).map_err(|e| {
         format!(
             "cannot create the invoice folder {}: {e}",
@@ -178,8 +206,23 @@ async fn run(args: Args) -> Result<(), String> {
         render_secs = args.render_secs,
         "payments ready"
     );
+    // The dashboard and /metrics, on their own (private) address.
+    let ops_listener = match args.dashboard_listen {
+        Some(ops_addr) => Some(
+            tokio::net::TcpListener::bind(ops_addr)
+                .await
+                .map_err(|e| format!("cannot listen on {ops_addr} (--dashboard-listen): {e}"))?,
+        ),
+        None => None,
+    };
     // One plain line on stdout, for scripts and tests that start the app.
     println!("payments: listening on http://{addr}");
+    if let Some(listener) = &ops_listener {
+        let ops_addr = listener
+            .local_addr()
+            .map_err(|e| format!("cannot read the dashboard's address: {e}"))?;
+        println!("payments: dashboard on http://{ops_addr}/ (metrics at /metrics)");
+    }
 
     let stop_http = CancellationToken::new();
     let stop_worker = CancellationToken::new();
@@ -199,11 +242,33 @@ async fn run(args: Args) -> Result<(), String> {
         }
     });
 
+    let ops = ops_listener.map(|listener| {
+        let mut dashboard = Dashboard::new(engine.clone());
+        if let Some(token) = &dashboard_token {
+            dashboard = dashboard.token(token);
+        }
+        let router = tickmark::ops::router(engine.clone(), Some(dashboard));
+        let stop = stop_http.clone().cancelled_owned();
+        tokio::spawn(async move {
+            axum::serve(listener, router)
+                .with_graceful_shutdown(stop)
+                .await
+        })
+    });
+
     // Stop accepting first (requests in flight finish), then the worker's
     // graceful shutdown: running steps finish or are released.
     let served = axum::serve(listener, receiver.router())
         .with_graceful_shutdown(stop_http.clone().cancelled_owned())
         .await;
+    stop_http.cancel();
+    if let Some(ops) = ops {
+        match ops.await {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => tracing::warn!("the dashboard server failed: {e}"),
+            Err(e) => tracing::warn!("the dashboard server stopped unexpectedly: {e}"),
+        }
+    }
     stop_worker.cancel();
     let worked = worker.await;
     served.map_err(|e| format!("the HTTP server failed: {e}"))?;

@@ -25,11 +25,7 @@ fn handlers() -> Handlers {
 async fn claim_one(db: &TestDb, worker: &str) -> ClaimedEvent {
     let mut claimed = db
         .store
-        .event_claim_many(&ClaimParams {
-            worker,
-            limit: 1,
-            lease_for: Duration::from_secs(30),
-        })
+        .event_claim_many(&ClaimParams::new(worker, 1, Duration::from_secs(30)))
         .await
         .unwrap();
     assert_eq!(claimed.len(), 1, "{worker} claims one event");
@@ -88,7 +84,9 @@ pub async fn a_taken_over_lease_can_neither_mark_nor_heartbeat(db: TestDb) {
     };
     assert_lease_lost(db.store.step_mark_failed(&failed).await, "old mark failed");
     assert_lease_lost(
-        db.store.event_release(&old.lease, true).await,
+        db.store
+            .event_release(&old.lease, &tickmark::store::Release::now(true))
+            .await,
         "old release",
     );
     assert_lease_lost(db.store.event_park(&old.lease, "zombie").await, "old park");

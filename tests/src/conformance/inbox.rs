@@ -145,11 +145,7 @@ pub async fn a_delayed_event_is_not_claimed_before_its_time(db: TestDb) {
         .unwrap();
     let claimed = db
         .store
-        .event_claim_many(&ClaimParams {
-            worker: "w",
-            limit: 10,
-            lease_for: Duration::from_secs(5),
-        })
+        .event_claim_many(&ClaimParams::new("w", 10, Duration::from_secs(5)))
         .await
         .unwrap();
     assert!(claimed.is_empty());

@@ -78,11 +78,11 @@ pub async fn a_failed_step_is_retried_on_a_stored_schedule_that_survives_a_resta
     // A restart: a new connection, a new engine. The schedule is still there.
     let store = tickmark::connect(&db.url).await.unwrap();
     let early = store
-        .event_claim_many(&ClaimParams {
-            worker: "after-restart",
-            limit: 10,
-            lease_for: Duration::from_secs(5),
-        })
+        .event_claim_many(&ClaimParams::new(
+            "after-restart",
+            10,
+            Duration::from_secs(5),
+        ))
         .await
         .unwrap();
     assert!(early.is_empty(), "not due before its stored retry time");
@@ -200,11 +200,7 @@ pub async fn a_step_that_kills_its_worker_every_time_is_dead_lettered(db: TestDb
     for worker in ["crashed-1", "crashed-2"] {
         let claimed = db
             .store
-            .event_claim_many(&ClaimParams {
-                worker,
-                limit: 1,
-                lease_for: Duration::from_secs(30),
-            })
+            .event_claim_many(&ClaimParams::new(worker, 1, Duration::from_secs(30)))
             .await
             .unwrap();
         db.probe.expire_lease(claimed[0].lease.event_seq).await;
@@ -272,6 +268,8 @@ pub async fn an_unknown_step_type_parks_the_event(db: TestDb) {
             step_count: 1,
             state: EventState::Pending,
             not_before: None,
+            resource_key: None,
+            resource_seq: None,
         })
         .await
         .unwrap();

@@ -25,11 +25,7 @@ fn three_steps() -> Handlers {
 }
 
 fn claim_params(worker: &str) -> ClaimParams<'_> {
-    ClaimParams {
-        worker,
-        limit: 10,
-        lease_for: Duration::from_secs(30),
-    }
+    ClaimParams::new(worker, 10, Duration::from_secs(30))
 }
 
 /// Steps run once each, in order; each has its key; later steps see earlier outputs.

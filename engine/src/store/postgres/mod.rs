@@ -3,8 +3,10 @@
 //! Times come from the database clock (`now()`), so machines' clocks may differ.
 
 mod admin;
+mod admin_sql;
 mod sql;
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use sqlx::migrate::Migrator;
@@ -13,10 +15,12 @@ use sqlx::Row;
 
 use super::{
     decode, AfterFailure, Backend, ClaimParams, ClaimedEvent, EventCounts, EventInsert,
-    EventRecord, InsertOutcome, Lease, MarkDone, MarkFailed, StepStatus, StepTransaction, Store,
-    StoreError, Wakeups,
+    EventRecord, InsertOutcome, Lease, MarkDone, MarkFailed, PlanGroup, Release, SequenceCheck,
+    StepStatus, StepTransaction, Store, StoreError, Wakeups,
 };
-use crate::event::{Event, EventState};
+use crate::event::Event;
+use crate::store::group_commit::{copy_error, FlushFn, GroupCommit};
+use crate::store::records::{OwnedEventInsert, OwnedMarkDone};
 use crate::store::transaction::Inner;
 
 static MIGRATOR: Migrator = sqlx::migrate!("../migrations/postgres");
@@ -44,6 +48,8 @@ impl Default for PostgresOptions {
 pub struct PostgresStore {
     pool: PgPool,
     channel: String,
+    marks: Arc<GroupCommit<OwnedMarkDone, Result<bool, StoreError>>>,
+    inserts: Arc<GroupCommit<OwnedEventInsert, Result<InsertOutcome, StoreError>>>,
 }
 
 impl PostgresStore {
@@ -62,11 +68,22 @@ impl PostgresStore {
         let schema: String = sqlx::query_scalar("SELECT current_schema()")
             .fetch_one(&pool)
             .await?;
+        // One channel per schema, so that schemas sharing a database (tests,
+        // tenants) do not wake each other's workers.
+        let channel = format!("tickmark:{schema}");
         let store = Self {
+            inserts: Arc::new(GroupCommit::start(
+                INSERT_FLUSHERS,
+                MAX_INSERT_BATCH,
+                insert_many(pool.clone(), channel.clone()),
+            )),
+            marks: Arc::new(GroupCommit::start(
+                MARK_FLUSHERS,
+                MAX_MARK_BATCH,
+                mark_many(pool.clone()),
+            )),
             pool,
-            // One channel per schema, so that schemas sharing a database (tests,
-            // tenants) do not wake each other's workers.
-            channel: format!("tickmark:{schema}"),
+            channel,
         };
         store.migrate().await?;
         Ok(store)
@@ -115,6 +132,134 @@ impl PostgresStore {
     }
 }
 
+/// Concurrent accepts share a commit (and one NOTIFY).
+const INSERT_FLUSHERS: usize = 2;
+/// Most events in one insert.
+const MAX_INSERT_BATCH: usize = 256;
+
+/// Insert a batch of events in one statement; each answer is New or Duplicate.
+fn insert_many(
+    pool: PgPool,
+    channel: String,
+) -> FlushFn<OwnedEventInsert, Result<InsertOutcome, StoreError>> {
+    Arc::new(move |events: Vec<OwnedEventInsert>| {
+        let pool = pool.clone();
+        let channel = channel.clone();
+        Box::pin(async move {
+            // Sorted by key: concurrent batches wait on the unique index in one order.
+            let mut order: Vec<usize> = (0..events.len()).collect();
+            order.sort_by(|&a, &b| {
+                (&events[a].source, &events[a].dedup_key)
+                    .cmp(&(&events[b].source, &events[b].dedup_key))
+            });
+            let rows: Vec<&OwnedEventInsert> = order.iter().map(|&i| &events[i]).collect();
+            let result: Result<Vec<(i64, String, String)>, sqlx::Error> =
+                sqlx::query_as(sql::EVENT_INSERT_MANY)
+                    .bind(rows.iter().map(|e| e.source.as_str()).collect::<Vec<_>>())
+                    .bind(
+                        rows.iter()
+                            .map(|e| e.dedup_key.as_str())
+                            .collect::<Vec<_>>(),
+                    )
+                    .bind(rows.iter().map(|e| e.kind.as_str()).collect::<Vec<_>>())
+                    .bind(
+                        rows.iter()
+                            .map(|e| e.payload_json.as_str())
+                            .collect::<Vec<_>>(),
+                    )
+                    .bind(
+                        rows.iter()
+                            .map(|e| e.plan_json.as_str())
+                            .collect::<Vec<_>>(),
+                    )
+                    .bind(rows.iter().map(|e| e.state.as_str()).collect::<Vec<_>>())
+                    .bind(rows.iter().map(|e| e.step_count).collect::<Vec<_>>())
+                    .bind(rows.iter().map(|e| e.not_before).collect::<Vec<_>>())
+                    .bind(
+                        rows.iter()
+                            .map(|e| e.resource_key.as_deref())
+                            .collect::<Vec<_>>(),
+                    )
+                    .bind(rows.iter().map(|e| e.resource_seq).collect::<Vec<_>>())
+                    .bind(&channel)
+                    .fetch_all(&pool)
+                    .await;
+            match result {
+                Ok(inserted) => {
+                    // A key inserted by this batch is New for its first
+                    // occurrence; a repeat within the batch is a Duplicate.
+                    let mut new: std::collections::HashMap<(&str, &str), i64> = inserted
+                        .iter()
+                        .map(|(id, source, key)| ((source.as_str(), key.as_str()), *id))
+                        .collect();
+                    events
+                        .iter()
+                        .map(|e| {
+                            Ok(
+                                match new.remove(&(e.source.as_str(), e.dedup_key.as_str())) {
+                                    Some(seq) => InsertOutcome::New(seq),
+                                    None => InsertOutcome::Duplicate,
+                                },
+                            )
+                        })
+                        .collect()
+                }
+                Err(error) => {
+                    let error = StoreError::from(error);
+                    events.iter().map(|_| Err(copy_error(&error))).collect()
+                }
+            }
+        })
+    })
+}
+
+/// Concurrent marks share a commit; two flushers keep one batch gathering
+/// while the other is being written.
+const MARK_FLUSHERS: usize = 2;
+/// Most marks in one statement.
+const MAX_MARK_BATCH: usize = 512;
+
+/// Write a batch of marks in one statement; each answer says whether that
+/// mark was applied (false: its lease was not held — the caller checks why).
+fn mark_many(pool: PgPool) -> FlushFn<OwnedMarkDone, Result<bool, StoreError>> {
+    Arc::new(move |mut marks: Vec<OwnedMarkDone>| {
+        let pool = pool.clone();
+        Box::pin(async move {
+            // One lock order for every batch: by event.
+            let mut order: Vec<usize> = (0..marks.len()).collect();
+            order.sort_by_key(|&i| marks[i].lease.event_seq);
+            let sorted: Vec<&OwnedMarkDone> = order.iter().map(|&i| &marks[i]).collect();
+            let result: Result<Vec<i64>, sqlx::Error> =
+                sqlx::query_scalar(sql::STEP_MARK_DONE_MANY)
+                    .bind(sorted.iter().map(|m| m.lease.event_seq).collect::<Vec<_>>())
+                    .bind(sorted.iter().map(|m| m.lease.token).collect::<Vec<_>>())
+                    .bind(sorted.iter().map(|m| m.position).collect::<Vec<_>>())
+                    .bind(sorted.iter().map(|m| m.step.as_str()).collect::<Vec<_>>())
+                    .bind(sorted.iter().map(|m| m.attempt).collect::<Vec<_>>())
+                    .bind(sorted.iter().map(|m| m.started_at).collect::<Vec<_>>())
+                    .bind(sorted.iter().map(|m| m.finished_at).collect::<Vec<_>>())
+                    .bind(
+                        sorted
+                            .iter()
+                            .map(|m| m.output_json.as_str())
+                            .collect::<Vec<_>>(),
+                    )
+                    .fetch_all(&pool)
+                    .await;
+            match result {
+                Ok(applied) => marks
+                    .drain(..)
+                    .map(|m| Ok(applied.contains(&m.lease.event_seq)))
+                    .collect(),
+                Err(error) => {
+                    let error = StoreError::from(error);
+                    marks.iter().map(|_| Err(copy_error(&error))).collect()
+                }
+            }
+        })
+    })
+}
+
 fn event_from_row(row: &PgRow) -> Result<Event, sqlx::Error> {
     let payload: String = row.try_get("payload")?;
     Ok(Event {
@@ -160,6 +305,8 @@ fn status_from_row(row: &PgRow) -> Result<StepStatus, StoreError> {
         worker: row.try_get("worker")?,
         last_error: row.try_get("last_error")?,
         output: decode::json_opt(output, "step output")?,
+        progress: row.try_get("progress")?,
+        progress_message: row.try_get("progress_message")?,
     })
 }
 
@@ -179,28 +326,7 @@ impl Store for PostgresStore {
     }
 
     async fn event_insert(&self, event: &EventInsert<'_>) -> Result<InsertOutcome, StoreError> {
-        let statement = if event.state == EventState::Pending {
-            sql::EVENT_INSERT_AND_NOTIFY
-        } else {
-            sql::EVENT_INSERT
-        };
-        let mut query = sqlx::query_scalar(statement)
-            .bind(event.source)
-            .bind(event.dedup_key)
-            .bind(event.kind)
-            .bind(event.payload_json)
-            .bind(event.plan_json)
-            .bind(event.state.as_str())
-            .bind(event.step_count)
-            .bind(event.not_before);
-        if event.state == EventState::Pending {
-            query = query.bind(&self.channel);
-        }
-        let inserted: Option<i64> = query.fetch_optional(&self.pool).await?;
-        Ok(match inserted {
-            Some(seq) => InsertOutcome::New(seq),
-            None => InsertOutcome::Duplicate,
-        })
+        self.inserts.submit(event.to_owned_insert()).await?
     }
 
     async fn event_claim_many(
@@ -211,6 +337,8 @@ impl Store for PostgresStore {
             .bind(params.worker)
             .bind(i64::from(params.limit))
             .bind(seconds(params.lease_for))
+            .bind(params.skip_sources)
+            .bind(params.skip_kinds)
             .fetch_all(&self.pool)
             .await?;
         rows.iter()
@@ -225,6 +353,8 @@ impl Store for PostgresStore {
                         token: row.try_get("lease_token")?,
                     },
                     took_over: row.try_get("took_over")?,
+                    resource_key: row.try_get("resource_key")?,
+                    resource_seq: row.try_get("resource_seq")?,
                 })
             })
             .collect()
@@ -245,15 +375,61 @@ impl Store for PostgresStore {
             .await?)
     }
 
-    async fn event_release(&self, lease: &Lease, refund_attempt: bool) -> Result<(), StoreError> {
+    async fn event_release(&self, lease: &Lease, release: &Release<'_>) -> Result<(), StoreError> {
         let result = sqlx::query(sql::EVENT_RELEASE)
             .bind(lease.event_seq)
             .bind(lease.token)
             .bind(&self.channel)
-            .bind(refund_attempt)
+            .bind(release.refund_attempt)
+            .bind(seconds(release.delay))
+            .bind(release.snoozed)
+            .bind(release.note)
             .execute(&self.pool)
             .await?;
         decode::lease_kept(result.rows_affected(), lease)
+    }
+
+    async fn event_progress(
+        &self,
+        lease: &Lease,
+        fraction: f32,
+        message: &str,
+    ) -> Result<(), StoreError> {
+        let result = sqlx::query(sql::EVENT_PROGRESS)
+            .bind(lease.event_seq)
+            .bind(lease.token)
+            .bind(fraction)
+            .bind(message)
+            .execute(&self.pool)
+            .await?;
+        decode::lease_kept(result.rows_affected(), lease)
+    }
+
+    async fn event_sequence_check(
+        &self,
+        lease: &Lease,
+        resource_key: &str,
+        resource_seq: i64,
+    ) -> Result<SequenceCheck, StoreError> {
+        let (applied, last_seq): (i64, Option<i64>) = sqlx::query_as(sql::RESOURCE_APPLY)
+            .bind(lease.event_seq)
+            .bind(resource_key)
+            .bind(resource_seq)
+            .fetch_one(&self.pool)
+            .await?;
+        if applied > 0 {
+            return Ok(SequenceCheck::Apply);
+        }
+        let last_seq = last_seq.unwrap_or(resource_seq);
+        let reason = decode::stale_reason(resource_key, resource_seq, last_seq);
+        let result = sqlx::query(sql::EVENT_MARK_STALE)
+            .bind(lease.event_seq)
+            .bind(lease.token)
+            .bind(reason)
+            .execute(&self.pool)
+            .await?;
+        decode::lease_kept(result.rows_affected(), lease)?;
+        Ok(SequenceCheck::Stale { last_seq })
     }
 
     async fn event_park(&self, lease: &Lease, reason: &str) -> Result<(), StoreError> {
@@ -292,7 +468,24 @@ impl Store for PostgresStore {
                 .map(|(state, count)| Ok((decode::state(state, "event state")?, *count)))
                 .collect::<Result<_, StoreError>>()?,
             oldest_pending_age: age.map(|s| Duration::from_secs_f64(s.max(0.0))),
+            stuck: sqlx::query_scalar(sql::EVENT_COUNT_STUCK)
+                .fetch_one(&self.pool)
+                .await?,
         })
+    }
+
+    async fn plans_unfinished(&self) -> Result<Vec<PlanGroup>, StoreError> {
+        let rows: Vec<(String, i64, i64)> = sqlx::query_as(sql::PLANS_UNFINISHED)
+            .fetch_all(&self.pool)
+            .await?;
+        Ok(rows
+            .into_iter()
+            .map(|(plan_json, events, example_seq)| PlanGroup {
+                plan_json,
+                events,
+                example_seq,
+            })
+            .collect())
     }
 
     async fn event_get(&self, event_seq: i64) -> Result<Option<EventRecord>, StoreError> {
@@ -357,10 +550,7 @@ impl Store for PostgresStore {
                     "a SQLite transaction was handed to the PostgreSQL store".into(),
                 ))
             }
-            None => {
-                let mut conn = self.pool.acquire().await?;
-                Self::mark_done_on(&mut conn, mark).await?
-            }
+            None => u64::from(self.marks.submit(mark.to_owned_mark()).await??),
         };
         if changed == 0 {
             return self.confirm_mark(&mark.lease, mark.position, "done").await;

@@ -1,36 +1,51 @@
 //! The PostgreSQL store's statements, one per transition. Each transition of a
 //! leased event filters on the expected state and the fencing token.
 
-/// Insert unless the dedup key exists. `ON CONFLICT DO NOTHING` makes the
-/// unique index the judge: of concurrent duplicates exactly one returns a row.
-pub const EVENT_INSERT: &str = "
-    INSERT INTO tickmark_events (source, dedup_key, kind, payload, plan, state, step_count, due_at)
-    VALUES ($1, $2, $3, $4::json, $5::json, $6, $7, coalesce($8, now()))
-    ON CONFLICT (source, dedup_key) DO NOTHING
-    RETURNING id";
-
-/// The same, and wake listening workers when a row was inserted (the NOTIFY is
-/// delivered at commit, and only then).
-pub const EVENT_INSERT_AND_NOTIFY: &str = "
-    WITH inserted AS (
-        INSERT INTO tickmark_events (source, dedup_key, kind, payload, plan, state, step_count, due_at)
-        VALUES ($1, $2, $3, $4::json, $5::json, $6, $7, coalesce($8, now()))
+/// Insert many events at once (group commit): one statement, one commit, one
+/// NOTIFY. Rows come sorted by key, so concurrent batches take the unique
+/// index's locks in one order. Answers the keys that were new, with their ids.
+pub const EVENT_INSERT_MANY: &str = "
+    WITH rows AS (
+        SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[],
+                             $6::text[], $7::int[], $8::timestamptz[], $9::text[], $10::bigint[])
+            WITH ORDINALITY
+            AS r (source, dedup_key, kind, payload, plan, state, step_count, not_before,
+                  resource_key, resource_seq, ord)
+    ),
+    inserted AS (
+        INSERT INTO tickmark_events
+            (source, dedup_key, kind, payload, plan, state, step_count, due_at, resource_key,
+             resource_seq)
+        SELECT source, dedup_key, kind, payload::json, plan::json, state, step_count,
+               coalesce(not_before, now()), resource_key, resource_seq
+        FROM rows ORDER BY ord
         ON CONFLICT (source, dedup_key) DO NOTHING
-        RETURNING id
+        RETURNING id, source, dedup_key, state
     )
-    SELECT inserted.id FROM inserted CROSS JOIN LATERAL pg_notify($9, '') AS notified";
+    SELECT inserted.id, inserted.source, inserted.dedup_key
+    FROM inserted
+    LEFT JOIN LATERAL (SELECT pg_notify($11, '') WHERE inserted.state = 'pending') AS woken ON true";
 
 /// Lease due events in one statement. The CTE walks `tickmark_events_due` in
 /// its exact order (no sort of the backlog) and locks with SKIP LOCKED, so
 /// concurrent claimers take different rows instead of queueing. Running rows
 /// whose lease expired are due too: that is how a dead worker's event is taken
-/// over, with a new fencing token that fences the old worker out.
+/// over, with a new fencing token that fences the old worker out. An ordered
+/// event waits while an earlier event of its resource is unfinished (one probe
+/// of `tickmark_events_serial`); sources and kinds at this worker's limits are
+/// skipped.
 pub const EVENT_CLAIM_MANY: &str = "
     WITH due AS (
-        SELECT id, state AS was_state
-        FROM tickmark_events
-        WHERE state IN ('pending', 'running') AND due_at <= now()
-        ORDER BY due_at, id
+        SELECT e.id, e.state AS was_state
+        FROM tickmark_events AS e
+        WHERE e.state IN ('pending', 'running') AND e.due_at <= now()
+          AND NOT (e.source = ANY($4))
+          AND NOT ((e.source || chr(31) || e.kind) = ANY($5))
+          AND NOT EXISTS (
+              SELECT 1 FROM tickmark_events AS earlier
+              WHERE earlier.resource_key = e.resource_key AND earlier.id < e.id
+                AND earlier.state IN ('pending', 'running'))
+        ORDER BY e.due_at, e.id
         LIMIT $2
         FOR UPDATE SKIP LOCKED
     )
@@ -41,6 +56,9 @@ pub const EVENT_CLAIM_MANY: &str = "
         due_at = now() + make_interval(secs => $3),
         attempt = e.attempt + 1,
         step_started_at = now(),
+        progress = NULL,
+        progress_message = NULL,
+        snoozed = false,
         takeovers = e.takeovers + CASE WHEN due.was_state = 'running' THEN 1 ELSE 0 END,
         last_error = CASE WHEN due.was_state = 'running'
             THEN 'interrupted: the lease of ' || coalesce(e.lease_owner, 'a worker')
@@ -51,7 +69,7 @@ pub const EVENT_CLAIM_MANY: &str = "
     WHERE e.id = due.id
     RETURNING e.id, e.source, e.dedup_key, e.kind, e.payload::text AS payload, e.received_at,
               e.plan::text AS plan, e.next_step, e.attempt, e.lease_token,
-              (due.was_state = 'running') AS took_over";
+              (due.was_state = 'running') AS took_over, e.resource_key, e.resource_seq";
 
 /// Extend every lease still held under its token; an expired lease is not revived.
 pub const EVENT_HEARTBEAT_MANY: &str = "
@@ -62,17 +80,47 @@ pub const EVENT_HEARTBEAT_MANY: &str = "
       AND e.state = 'running' AND e.due_at > now()
     RETURNING e.id";
 
-/// Hand a leased event back at once (refunding the attempt when `$4`: the
-/// step never started), and wake the other workers.
+/// Hand a leased event back, due in `$5` seconds (refunding the attempt when
+/// `$4`; `$6` marks a snooze, `$7` says why), and wake the other workers.
 pub const EVENT_RELEASE: &str = "
     WITH released AS (
         UPDATE tickmark_events
-        SET state = 'pending', due_at = now(),
-            attempt = CASE WHEN $4 THEN greatest(attempt - 1, 0) ELSE attempt END
+        SET state = 'pending', due_at = now() + make_interval(secs => $5),
+            attempt = CASE WHEN $4 THEN greatest(attempt - 1, 0) ELSE attempt END,
+            snoozed = $6, last_error = coalesce($7, last_error),
+            progress = NULL, progress_message = NULL
         WHERE id = $1 AND lease_token = $2 AND state = 'running'
         RETURNING id
     )
     SELECT released.id FROM released CROSS JOIN LATERAL pg_notify($3, '') AS notified";
+
+/// What the running step reports, under its live lease.
+pub const EVENT_PROGRESS: &str = "
+    UPDATE tickmark_events SET progress = $3, progress_message = $4
+    WHERE id = $1 AND lease_token = $2 AND state = 'running' AND due_at > now()";
+
+/// Make `$4` the last applied sequence of resource `$3` if it is newer (or
+/// already this event's: a resumed run), in one statement. `applied` is 1 when
+/// it is; `last_seq` is the value before.
+pub const RESOURCE_APPLY: &str = "
+    WITH applied AS (
+        INSERT INTO tickmark_resources (resource_key, last_seq, event_id)
+        VALUES ($2, $3, $1)
+        ON CONFLICT (resource_key) DO UPDATE
+        SET last_seq = EXCLUDED.last_seq, event_id = EXCLUDED.event_id, applied_at = now()
+        WHERE tickmark_resources.last_seq < EXCLUDED.last_seq
+           OR (tickmark_resources.last_seq = EXCLUDED.last_seq
+               AND tickmark_resources.event_id = EXCLUDED.event_id)
+        RETURNING last_seq
+    )
+    SELECT (SELECT count(*) FROM applied) AS applied,
+           (SELECT last_seq FROM tickmark_resources WHERE resource_key = $2) AS last_seq";
+
+/// Record a leased event as stale: recorded, never applied.
+pub const EVENT_MARK_STALE: &str = "
+    UPDATE tickmark_events
+    SET state = 'stale', finished_at = now(), last_error = $3, attempt = greatest(attempt - 1, 0)
+    WHERE id = $1 AND lease_token = $2 AND state = 'running'";
 
 /// Park a leased event whose plan this build cannot run.
 pub const EVENT_PARK: &str = "
@@ -95,6 +143,10 @@ pub const EVENT_COUNT_ACTIVE: &str =
 /// Events per state.
 pub const EVENT_COUNT_BY_STATE: &str =
     "SELECT state, count(*) FROM tickmark_events GROUP BY state ORDER BY state";
+
+/// Running events whose lease expired (their worker died or stalled).
+pub const EVENT_COUNT_STUCK: &str =
+    "SELECT count(*) FROM tickmark_events WHERE state = 'running' AND due_at <= now()";
 
 /// Seconds the oldest due pending event has waited.
 pub const EVENT_OLDEST_PENDING_AGE: &str = "
@@ -131,7 +183,9 @@ pub const STEP_MARK_DONE: &str = "
             attempt = CASE WHEN next_step + 1 >= step_count THEN attempt ELSE 1 END,
             finished_at = CASE WHEN next_step + 1 >= step_count THEN now() END,
             step_started_at = now(),
-            last_error = NULL
+            last_error = NULL,
+            progress = NULL,
+            progress_message = NULL
         WHERE id = $1 AND lease_token = $2 AND state = 'running' AND next_step = $3
           AND due_at > now()
         RETURNING id
@@ -144,6 +198,41 @@ pub const STEP_MARK_DONE: &str = "
         started_at = EXCLUDED.started_at, finished_at = EXCLUDED.finished_at,
         output = EXCLUDED.output, last_error = NULL";
 
+/// Mark many steps done at once (group commit): one statement, one commit.
+/// Each row still filters on its own event's state, fencing token, position
+/// and unexpired lease; the answer lists the events whose mark was applied.
+pub const STEP_MARK_DONE_MANY: &str = "
+    WITH marks AS (
+        SELECT * FROM unnest($1::bigint[], $2::bigint[], $3::int[], $4::text[], $5::int[],
+                             $6::timestamptz[], $7::timestamptz[], $8::text[])
+            AS m (event_id, token, position, name, attempts, started_at, finished_at, output)
+    ),
+    advanced AS (
+        UPDATE tickmark_events AS e
+        SET next_step = e.next_step + 1,
+            state = CASE WHEN e.next_step + 1 >= e.step_count THEN 'done' ELSE 'running' END,
+            attempt = CASE WHEN e.next_step + 1 >= e.step_count THEN e.attempt ELSE 1 END,
+            finished_at = CASE WHEN e.next_step + 1 >= e.step_count THEN now() END,
+            step_started_at = now(),
+            last_error = NULL,
+            progress = NULL,
+            progress_message = NULL
+        FROM marks AS m
+        WHERE e.id = m.event_id AND e.lease_token = m.token AND e.state = 'running'
+          AND e.next_step = m.position AND e.due_at > now()
+        RETURNING e.id
+    )
+    INSERT INTO tickmark_steps
+        (event_id, position, name, state, attempts, lease_token, started_at, finished_at, output)
+    SELECT m.event_id, m.position, m.name, 'done', m.attempts, m.token, m.started_at,
+           m.finished_at, m.output::json
+    FROM marks AS m JOIN advanced AS a ON a.id = m.event_id
+    ON CONFLICT (event_id, position) DO UPDATE
+    SET state = 'done', attempts = EXCLUDED.attempts, lease_token = EXCLUDED.lease_token,
+        started_at = EXCLUDED.started_at, finished_at = EXCLUDED.finished_at,
+        output = EXCLUDED.output, last_error = NULL
+    RETURNING event_id";
+
 /// Record a failed attempt under lease (`$1`, `$2`): schedule the retry in
 /// `$10` seconds, or dead-letter the event when `$9`.
 pub const STEP_MARK_FAILED: &str = "
@@ -153,6 +242,8 @@ pub const STEP_MARK_FAILED: &str = "
             due_at = now() + make_interval(secs => $10),
             attempt = $5,
             last_error = $8,
+            progress = NULL,
+            progress_message = NULL,
             finished_at = CASE WHEN $9 THEN now() END
         WHERE id = $1 AND lease_token = $2 AND state = 'running' AND next_step = $3
           AND due_at > now()
@@ -175,7 +266,15 @@ pub const STEP_MARK_CONFIRM: &str = "
 /// The step-status table of one event.
 pub const STEP_STATUS: &str = "
     SELECT position, step, idempotency_key, state, attempts, started_at, finished_at, retry_at,
-           lease_until, worker, last_error, output::text AS output
+           lease_until, worker, last_error, output::text AS output, progress, progress_message
     FROM tickmark_step_status
     WHERE event_seq = $1
     ORDER BY position";
+
+/// Distinct plans of events that may still run.
+pub const PLANS_UNFINISHED: &str = "
+    SELECT plan::text AS plan, count(*) AS events, min(id) AS example
+    FROM tickmark_events
+    WHERE state IN ('pending', 'running', 'dead', 'parked')
+    GROUP BY plan::text
+    ORDER BY min(id)";

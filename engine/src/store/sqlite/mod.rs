@@ -10,6 +10,7 @@
 //! `busy_timeout`. Times are the process clock's UTC, as fixed-width text.
 
 mod admin;
+mod admin_sql;
 mod sql;
 mod time;
 
@@ -28,10 +29,12 @@ use tokio::sync::{watch, Mutex, OwnedMutexGuard};
 
 use super::{
     decode, AfterFailure, Backend, ClaimParams, ClaimedEvent, EventCounts, EventInsert,
-    EventRecord, InsertOutcome, Lease, MarkDone, MarkFailed, StepStatus, StepTransaction, Store,
-    StoreError, Wakeups,
+    EventRecord, InsertOutcome, Lease, MarkDone, MarkFailed, PlanGroup, Release, SequenceCheck,
+    StepStatus, StepTransaction, Store, StoreError, Wakeups,
 };
 use crate::event::{Event, EventState};
+use crate::store::group_commit::{copy_error, FlushFn, GroupCommit};
+use crate::store::records::{OwnedEventInsert, OwnedMarkDone};
 use crate::store::transaction::Inner;
 use time::{format_time, parse_time, parse_time_opt};
 
@@ -61,6 +64,8 @@ pub struct SqliteStore {
     pool: SqlitePool,
     write_turn: Arc<Mutex<()>>,
     accepted: watch::Sender<u64>,
+    marks: Arc<GroupCommit<OwnedMarkDone, Result<bool, StoreError>>>,
+    inserts: Arc<GroupCommit<OwnedEventInsert, Result<InsertOutcome, StoreError>>>,
 }
 
 impl SqliteStore {
@@ -81,9 +86,20 @@ impl SqliteStore {
             .max_connections(options.max_connections)
             .connect_with(connect)
             .await?;
+        let write_turn = Arc::new(Mutex::new(()));
         let store = Self {
+            inserts: Arc::new(GroupCommit::start(
+                1,
+                MAX_INSERT_BATCH,
+                insert_many(pool.clone(), Arc::clone(&write_turn)),
+            )),
+            marks: Arc::new(GroupCommit::start(
+                1,
+                MAX_MARK_BATCH,
+                mark_many(pool.clone(), Arc::clone(&write_turn)),
+            )),
             pool,
-            write_turn: Arc::new(Mutex::new(())),
+            write_turn,
             accepted: watch::Sender::new(0),
         };
         store.migrate().await?;
@@ -156,6 +172,88 @@ impl SqliteStore {
     }
 }
 
+/// Most events in one insert transaction.
+const MAX_INSERT_BATCH: usize = 256;
+
+/// Insert a batch of events in one `BEGIN IMMEDIATE` transaction (one fsync);
+/// each answer is New or Duplicate (a repeat within the batch is a Duplicate).
+fn insert_many(
+    pool: SqlitePool,
+    write_turn: Arc<Mutex<()>>,
+) -> FlushFn<OwnedEventInsert, Result<InsertOutcome, StoreError>> {
+    Arc::new(move |events: Vec<OwnedEventInsert>| {
+        let pool = pool.clone();
+        let write_turn = Arc::clone(&write_turn);
+        Box::pin(async move {
+            let written = async {
+                let now = Utc::now();
+                let _turn = write_turn.lock_owned().await;
+                let mut tx = pool.begin_with("BEGIN IMMEDIATE").await?;
+                let mut outcomes = Vec::with_capacity(events.len());
+                for event in &events {
+                    let inserted: Option<i64> = sqlx::query_scalar(sql::EVENT_INSERT)
+                        .bind(&event.source)
+                        .bind(&event.dedup_key)
+                        .bind(&event.kind)
+                        .bind(&event.payload_json)
+                        .bind(&event.plan_json)
+                        .bind(event.state.as_str())
+                        .bind(event.step_count)
+                        .bind(format_time(event.not_before.unwrap_or(now)))
+                        .bind(format_time(now))
+                        .bind(event.resource_key.as_deref())
+                        .bind(event.resource_seq)
+                        .fetch_optional(&mut *tx)
+                        .await?;
+                    outcomes.push(match inserted {
+                        Some(seq) => InsertOutcome::New(seq),
+                        None => InsertOutcome::Duplicate,
+                    });
+                }
+                tx.commit().await?;
+                Ok::<_, StoreError>(outcomes)
+            }
+            .await;
+            match written {
+                Ok(outcomes) => outcomes.into_iter().map(Ok).collect(),
+                Err(error) => events.iter().map(|_| Err(copy_error(&error))).collect(),
+            }
+        })
+    })
+}
+
+/// Most marks in one transaction.
+const MAX_MARK_BATCH: usize = 512;
+
+/// Write a batch of marks in one `BEGIN IMMEDIATE` transaction (one fsync);
+/// each answer says whether that mark was applied.
+fn mark_many(
+    pool: SqlitePool,
+    write_turn: Arc<Mutex<()>>,
+) -> FlushFn<OwnedMarkDone, Result<bool, StoreError>> {
+    Arc::new(move |marks: Vec<OwnedMarkDone>| {
+        let pool = pool.clone();
+        let write_turn = Arc::clone(&write_turn);
+        Box::pin(async move {
+            let written = async {
+                let _turn = write_turn.lock_owned().await;
+                let mut tx = pool.begin_with("BEGIN IMMEDIATE").await?;
+                let mut applied = Vec::with_capacity(marks.len());
+                for mark in &marks {
+                    applied.push(SqliteStore::mark_done_on(&mut tx, &mark.as_mark()).await?);
+                }
+                tx.commit().await?;
+                Ok::<_, StoreError>(applied)
+            }
+            .await;
+            match written {
+                Ok(applied) => applied.into_iter().map(Ok).collect(),
+                Err(error) => marks.iter().map(|_| Err(copy_error(&error))).collect(),
+            }
+        })
+    })
+}
+
 fn event_from_row(row: &SqliteRow) -> Result<Event, StoreError> {
     let payload: String = row.try_get("payload")?;
     Ok(Event {
@@ -201,7 +299,13 @@ fn status_from_row(row: &SqliteRow) -> Result<StepStatus, StoreError> {
         worker: row.try_get("worker")?,
         last_error: row.try_get("last_error")?,
         output: decode::json_opt(output, "step output")?,
+        progress: row.try_get("progress")?,
+        progress_message: row.try_get("progress_message")?,
     })
+}
+
+fn json_list(items: &[String]) -> Result<String, StoreError> {
+    serde_json::to_string(items).map_err(|e| StoreError::Corrupt(format!("list: {e}")))
 }
 
 fn after(duration: Duration) -> chrono::DateTime<Utc> {
@@ -232,30 +336,11 @@ impl Store for SqliteStore {
     }
 
     async fn event_insert(&self, event: &EventInsert<'_>) -> Result<InsertOutcome, StoreError> {
-        let now = Utc::now();
-        let (_turn, mut tx) = self.begin_write().await?;
-        let inserted: Option<i64> = sqlx::query_scalar(sql::EVENT_INSERT)
-            .bind(event.source)
-            .bind(event.dedup_key)
-            .bind(event.kind)
-            .bind(event.payload_json)
-            .bind(event.plan_json)
-            .bind(event.state.as_str())
-            .bind(event.step_count)
-            .bind(format_time(event.not_before.unwrap_or(now)))
-            .bind(format_time(now))
-            .fetch_optional(&mut *tx)
-            .await?;
-        tx.commit().await?;
-        Ok(match inserted {
-            Some(seq) => {
-                if event.state == EventState::Pending {
-                    self.wake_workers();
-                }
-                InsertOutcome::New(seq)
-            }
-            None => InsertOutcome::Duplicate,
-        })
+        let outcome = self.inserts.submit(event.to_owned_insert()).await??;
+        if matches!(outcome, InsertOutcome::New(_)) && event.state == EventState::Pending {
+            self.wake_workers();
+        }
+        Ok(outcome)
     }
 
     async fn event_claim_many(
@@ -264,8 +349,13 @@ impl Store for SqliteStore {
     ) -> Result<Vec<ClaimedEvent>, StoreError> {
         // Look before taking the write lock: an idle worker only reads.
         let now = format_time(Utc::now());
+        let skip_sources = json_list(params.skip_sources)?;
+        let skip_kinds = json_list(params.skip_kinds)?;
         let any_due: Option<i64> = sqlx::query_scalar(sql::EVENT_ANY_DUE)
             .bind(&now)
+            .bind(i64::from(params.limit))
+            .bind(&skip_sources)
+            .bind(&skip_kinds)
             .fetch_optional(&self.pool)
             .await?;
         if any_due.is_none() {
@@ -277,6 +367,8 @@ impl Store for SqliteStore {
         let due: Vec<(i64, String)> = sqlx::query_as(sql::EVENT_DUE)
             .bind(format_time(now))
             .bind(i64::from(params.limit))
+            .bind(&skip_sources)
+            .bind(&skip_kinds)
             .fetch_all(&mut *tx)
             .await?;
         if due.is_empty() {
@@ -310,6 +402,8 @@ impl Store for SqliteStore {
                         token: row.try_get("lease_token")?,
                     },
                     took_over,
+                    resource_key: row.try_get("resource_key")?,
+                    resource_seq: row.try_get("resource_seq")?,
                 })
             })
             .collect()
@@ -334,13 +428,15 @@ impl Store for SqliteStore {
         Ok(held)
     }
 
-    async fn event_release(&self, lease: &Lease, refund_attempt: bool) -> Result<(), StoreError> {
+    async fn event_release(&self, lease: &Lease, release: &Release<'_>) -> Result<(), StoreError> {
         let (_turn, mut tx) = self.begin_write().await?;
         let changed = sqlx::query(sql::EVENT_RELEASE)
             .bind(lease.event_seq)
             .bind(lease.token)
-            .bind(format_time(Utc::now()))
-            .bind(refund_attempt)
+            .bind(format_time(after(release.delay)))
+            .bind(release.refund_attempt)
+            .bind(release.snoozed)
+            .bind(release.note)
             .execute(&mut *tx)
             .await?
             .rows_affected();
@@ -349,6 +445,63 @@ impl Store for SqliteStore {
             self.wake_workers();
         }
         decode::lease_kept(changed, lease)
+    }
+
+    async fn event_progress(
+        &self,
+        lease: &Lease,
+        fraction: f32,
+        message: &str,
+    ) -> Result<(), StoreError> {
+        let (_turn, mut tx) = self.begin_write().await?;
+        let changed = sqlx::query(sql::EVENT_PROGRESS)
+            .bind(lease.event_seq)
+            .bind(lease.token)
+            .bind(fraction)
+            .bind(message)
+            .bind(format_time(Utc::now()))
+            .execute(&mut *tx)
+            .await?
+            .rows_affected();
+        tx.commit().await?;
+        decode::lease_kept(changed, lease)
+    }
+
+    async fn event_sequence_check(
+        &self,
+        lease: &Lease,
+        resource_key: &str,
+        resource_seq: i64,
+    ) -> Result<SequenceCheck, StoreError> {
+        let now = format_time(Utc::now());
+        let (_turn, mut tx) = self.begin_write().await?;
+        let applied: Option<i64> = sqlx::query_scalar(sql::RESOURCE_APPLY)
+            .bind(lease.event_seq)
+            .bind(resource_key)
+            .bind(resource_seq)
+            .bind(&now)
+            .fetch_optional(&mut *tx)
+            .await?;
+        if applied.is_some() {
+            tx.commit().await?;
+            return Ok(SequenceCheck::Apply);
+        }
+        let last_seq: i64 = sqlx::query_scalar(sql::RESOURCE_LAST)
+            .bind(resource_key)
+            .fetch_optional(&mut *tx)
+            .await?
+            .unwrap_or(resource_seq);
+        let changed = sqlx::query(sql::EVENT_MARK_STALE)
+            .bind(lease.event_seq)
+            .bind(lease.token)
+            .bind(decode::stale_reason(resource_key, resource_seq, last_seq))
+            .bind(&now)
+            .execute(&mut *tx)
+            .await?
+            .rows_affected();
+        tx.commit().await?;
+        decode::lease_kept(changed, lease)?;
+        Ok(SequenceCheck::Stale { last_seq })
     }
 
     async fn event_park(&self, lease: &Lease, reason: &str) -> Result<(), StoreError> {
@@ -407,7 +560,25 @@ impl Store for SqliteStore {
                 ),
                 None => None,
             },
+            stuck: sqlx::query_scalar(sql::EVENT_COUNT_STUCK)
+                .bind(format_time(now))
+                .fetch_one(&self.pool)
+                .await?,
         })
+    }
+
+    async fn plans_unfinished(&self) -> Result<Vec<PlanGroup>, StoreError> {
+        let rows: Vec<(String, i64, i64)> = sqlx::query_as(sql::PLANS_UNFINISHED)
+            .fetch_all(&self.pool)
+            .await?;
+        Ok(rows
+            .into_iter()
+            .map(|(plan_json, events, example_seq)| PlanGroup {
+                plan_json,
+                events,
+                example_seq,
+            })
+            .collect())
     }
 
     async fn event_get(&self, event_seq: i64) -> Result<Option<EventRecord>, StoreError> {
@@ -467,8 +638,11 @@ impl Store for SqliteStore {
                 ))
             }
             None => {
-                let (turn, transaction) = self.begin_write().await?;
-                (transaction, turn)
+                // Concurrent marks share one transaction: one fsync for all.
+                if self.marks.submit(mark.to_owned_mark()).await?? {
+                    return Ok(());
+                }
+                return self.confirm_mark(&mark.lease, mark.position, "done").await;
             }
         };
         let mut transaction = transaction;

@@ -5,24 +5,40 @@
 /// Insert unless the dedup key exists; the unique index is the judge.
 pub const EVENT_INSERT: &str = "
     INSERT INTO tickmark_events
-        (source, dedup_key, kind, payload, plan, state, step_count, due_at, received_at)
-    VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)
+        (source, dedup_key, kind, payload, plan, state, step_count, due_at, received_at,
+         resource_key, resource_seq)
+    VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)
     ON CONFLICT (source, dedup_key) DO NOTHING
     RETURNING id";
 
-/// Whether anything is due, read without the write lock.
+/// Whether anything is due, read without the write lock (same filters as
+/// [`EVENT_DUE`]; `?2` is unused so both take the same parameters).
 pub const EVENT_ANY_DUE: &str = "
-    SELECT id FROM tickmark_events
-    WHERE state IN ('pending', 'running') AND due_at <= ?1
-    ORDER BY due_at, id
+    SELECT e.id FROM tickmark_events AS e
+    WHERE e.state IN ('pending', 'running') AND e.due_at <= ?1 AND ?2 > 0
+      AND e.source NOT IN (SELECT value FROM json_each(?3))
+      AND (e.source || char(31) || e.kind) NOT IN (SELECT value FROM json_each(?4))
+      AND NOT EXISTS (
+          SELECT 1 FROM tickmark_events AS earlier
+          WHERE earlier.resource_key = e.resource_key AND earlier.id < e.id
+            AND earlier.state IN ('pending', 'running'))
+    ORDER BY e.due_at, e.id
     LIMIT 1";
 
 /// The due events, walking `tickmark_events_due` in order (inside the write
-/// transaction, so no other writer can claim them in between).
+/// transaction, so no other writer can claim them in between). An ordered
+/// event waits while an earlier event of its resource is unfinished; sources
+/// and kinds at this worker's limits are skipped.
 pub const EVENT_DUE: &str = "
-    SELECT id, state FROM tickmark_events
-    WHERE state IN ('pending', 'running') AND due_at <= ?1
-    ORDER BY due_at, id
+    SELECT e.id, e.state FROM tickmark_events AS e
+    WHERE e.state IN ('pending', 'running') AND e.due_at <= ?1
+      AND e.source NOT IN (SELECT value FROM json_each(?3))
+      AND (e.source || char(31) || e.kind) NOT IN (SELECT value FROM json_each(?4))
+      AND NOT EXISTS (
+          SELECT 1 FROM tickmark_events AS earlier
+          WHERE earlier.resource_key = e.resource_key AND earlier.id < e.id
+            AND earlier.state IN ('pending', 'running'))
+    ORDER BY e.due_at, e.id
     LIMIT ?2";
 
 /// Lease the chosen events with new fencing tokens; a running row here had an
@@ -35,6 +51,9 @@ pub const EVENT_CLAIM: &str = "
         due_at = ?2,
         attempt = attempt + 1,
         step_started_at = ?3,
+        progress = NULL,
+        progress_message = NULL,
+        snoozed = 0,
         takeovers = takeovers + (state = 'running'),
         last_error = CASE WHEN state = 'running'
             THEN 'interrupted: the lease of ' || coalesce(lease_owner, 'a worker')
@@ -43,7 +62,7 @@ pub const EVENT_CLAIM: &str = "
             ELSE last_error END
     WHERE id IN (SELECT value FROM json_each(?4))
     RETURNING id, source, dedup_key, kind, payload, received_at, plan, next_step, attempt,
-              lease_token";
+              lease_token, resource_key, resource_seq";
 
 /// Extend every lease still held under its token; an expired lease is not revived.
 pub const EVENT_HEARTBEAT_MANY: &str = "
@@ -54,12 +73,40 @@ pub const EVENT_HEARTBEAT_MANY: &str = "
           SELECT json_extract(value, '$[0]'), json_extract(value, '$[1]') FROM json_each(?3))
     RETURNING id";
 
-/// Hand a leased event back at once (refunding the attempt when ?4: the step
-/// never started).
+/// Hand a leased event back, due at ?3 (refunding the attempt when ?4; ?5
+/// marks a snooze, ?6 says why).
 pub const EVENT_RELEASE: &str = "
     UPDATE tickmark_events
     SET state = 'pending', due_at = ?3,
-        attempt = CASE WHEN ?4 THEN max(attempt - 1, 0) ELSE attempt END
+        attempt = CASE WHEN ?4 THEN max(attempt - 1, 0) ELSE attempt END,
+        snoozed = ?5, last_error = coalesce(?6, last_error),
+        progress = NULL, progress_message = NULL
+    WHERE id = ?1 AND lease_token = ?2 AND state = 'running'";
+
+/// What the running step reports, under its live lease (?5 is now).
+pub const EVENT_PROGRESS: &str = "
+    UPDATE tickmark_events SET progress = ?3, progress_message = ?4
+    WHERE id = ?1 AND lease_token = ?2 AND state = 'running' AND due_at > ?5";
+
+/// Make ?3 the last applied sequence of resource ?2 if it is newer (or already
+/// this event's: a resumed run). Returns a row only when it is.
+pub const RESOURCE_APPLY: &str = "
+    INSERT INTO tickmark_resources (resource_key, last_seq, event_id, applied_at)
+    VALUES (?2, ?3, ?1, ?4)
+    ON CONFLICT (resource_key) DO UPDATE
+    SET last_seq = excluded.last_seq, event_id = excluded.event_id, applied_at = excluded.applied_at
+    WHERE tickmark_resources.last_seq < excluded.last_seq
+       OR (tickmark_resources.last_seq = excluded.last_seq
+           AND tickmark_resources.event_id = excluded.event_id)
+    RETURNING last_seq";
+
+/// The last applied sequence of a resource.
+pub const RESOURCE_LAST: &str = "SELECT last_seq FROM tickmark_resources WHERE resource_key = ?1";
+
+/// Record a leased event as stale: recorded, never applied.
+pub const EVENT_MARK_STALE: &str = "
+    UPDATE tickmark_events
+    SET state = 'stale', finished_at = ?4, last_error = ?3, attempt = max(attempt - 1, 0)
     WHERE id = ?1 AND lease_token = ?2 AND state = 'running'";
 
 /// Park a leased event whose plan this build cannot run.
@@ -82,6 +129,10 @@ pub const EVENT_COUNT_ACTIVE: &str =
 /// Events per state.
 pub const EVENT_COUNT_BY_STATE: &str =
     "SELECT state, count(*) FROM tickmark_events GROUP BY state ORDER BY state";
+
+/// Running events whose lease expired (their worker died or stalled).
+pub const EVENT_COUNT_STUCK: &str =
+    "SELECT count(*) FROM tickmark_events WHERE state = 'running' AND due_at <= ?1";
 
 /// The due time of the oldest due pending event.
 pub const EVENT_OLDEST_PENDING: &str = "
@@ -114,7 +165,9 @@ pub const EVENT_ADVANCE: &str = "
         attempt = CASE WHEN next_step + 1 >= step_count THEN attempt ELSE 1 END,
         finished_at = CASE WHEN next_step + 1 >= step_count THEN ?4 END,
         step_started_at = ?4,
-        last_error = NULL
+        last_error = NULL,
+        progress = NULL,
+        progress_message = NULL
     WHERE id = ?1 AND lease_token = ?2 AND state = 'running' AND next_step = ?3
       AND due_at > ?4";
 
@@ -136,6 +189,8 @@ pub const EVENT_FAIL: &str = "
         due_at = ?6,
         last_error = ?7,
         attempt = ?8,
+        progress = NULL,
+        progress_message = NULL,
         finished_at = CASE WHEN ?5 THEN ?4 END
     WHERE id = ?1 AND lease_token = ?2 AND state = 'running' AND next_step = ?3
       AND due_at > ?4";
@@ -158,7 +213,15 @@ pub const STEP_MARK_CONFIRM: &str = "
 /// The step-status table of one event.
 pub const STEP_STATUS: &str = "
     SELECT position, step, idempotency_key, state, attempts, started_at, finished_at, retry_at,
-           lease_until, worker, last_error, output
+           lease_until, worker, last_error, output, progress, progress_message
     FROM tickmark_step_status
     WHERE event_seq = ?1
     ORDER BY position";
+
+/// Distinct plans of events that may still run.
+pub const PLANS_UNFINISHED: &str = "
+    SELECT plan, count(*) AS events, min(id) AS example
+    FROM tickmark_events
+    WHERE state IN ('pending', 'running', 'dead', 'parked')
+    GROUP BY plan
+    ORDER BY min(id)";

@@ -1,0 +1,128 @@
+//! Group commit: many concurrent callers, one transaction.
+//!
+//! Each caller submits one item and awaits its own answer; a small number of
+//! flusher tasks take whatever has queued up and write it in one statement and
+//! one commit. Under load a batch grows by itself (everything that arrived
+//! while the previous commit was in flight); when idle, an item is written at
+//! once, alone. Nothing is weakened per item: the batch statement still
+//! filters each row on its own state and fencing token, and each caller learns
+//! its own outcome.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+
+use tokio::sync::{mpsc, oneshot, Mutex};
+
+use super::StoreError;
+
+/// Writes one batch; returns one answer per item, in order.
+pub(crate) type FlushFn<T, R> =
+    Arc<dyn Fn(Vec<T>) -> Pin<Box<dyn Future<Output = Vec<R>> + Send>> + Send + Sync>;
+
+struct Queued<T, R> {
+    item: T,
+    reply: oneshot::Sender<R>,
+}
+
+/// The same kind of error for every caller of a failed batch (a transient
+/// one stays transient, so each caller's in-process retry resubmits).
+pub(crate) fn copy_error(error: &StoreError) -> StoreError {
+    let text = error.to_string();
+    if error.is_transient() {
+        StoreError::Unavailable(sqlx::Error::Protocol(text))
+    } else {
+        StoreError::Corrupt(text)
+    }
+}
+
+/// A group-commit queue. Dropping it stops its flushers once the queue drains.
+pub(crate) struct GroupCommit<T, R> {
+    sender: mpsc::UnboundedSender<Queued<T, R>>,
+}
+
+impl<T, R> std::fmt::Debug for GroupCommit<T, R> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("GroupCommit").finish_non_exhaustive()
+    }
+}
+
+impl<T: Send + 'static, R: Send + 'static> GroupCommit<T, R> {
+    /// Start `flushers` tasks that write batches of at most `max_batch` items with `flush`.
+    pub fn start(flushers: usize, max_batch: usize, flush: FlushFn<T, R>) -> Self {
+        let (sender, receiver) = mpsc::unbounded_channel::<Queued<T, R>>();
+        let receiver = Arc::new(Mutex::new(receiver));
+        for _ in 0..flushers.max(1) {
+            let receiver = Arc::clone(&receiver);
+            let flush = Arc::clone(&flush);
+            tokio::spawn(async move {
+                loop {
+                    let mut batch = Vec::new();
+                    {
+                        // One flusher gathers at a time; the others are writing.
+                        let mut receiver = receiver.lock().await;
+                        let Some(first) = receiver.recv().await else {
+                            return;
+                        };
+                        batch.push(first);
+                        while batch.len() < max_batch {
+                            match receiver.try_recv() {
+                                Ok(next) => batch.push(next),
+                                Err(_) => break,
+                            }
+                        }
+                    }
+                    let (items, replies): (Vec<T>, Vec<oneshot::Sender<R>>) =
+                        batch.into_iter().map(|q| (q.item, q.reply)).unzip();
+                    let answers = flush(items).await;
+                    for (reply, answer) in replies.into_iter().zip(answers) {
+                        let _ = reply.send(answer);
+                    }
+                }
+            });
+        }
+        Self { sender }
+    }
+
+    /// Queue `item` and wait for its answer.
+    pub async fn submit(&self, item: T) -> Result<R, StoreError> {
+        let (reply, answer) = oneshot::channel();
+        self.sender
+            .send(Queued { item, reply })
+            .map_err(|_| StoreError::Corrupt("the group-commit queue has stopped".into()))?;
+        answer
+            .await
+            .map_err(|_| StoreError::Corrupt("a group commit was dropped mid-flight".into()))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    use super::*;
+
+    #[tokio::test]
+    async fn concurrent_items_share_batches_and_each_gets_its_own_answer() {
+        let batches = Arc::new(AtomicUsize::new(0));
+        let counted = Arc::clone(&batches);
+        let flush: FlushFn<u32, u32> = Arc::new(move |items: Vec<u32>| {
+            counted.fetch_add(1, Ordering::SeqCst);
+            Box::pin(async move {
+                tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+                items.into_iter().map(|i| i * 10).collect()
+            })
+        });
+        let queue = Arc::new(GroupCommit::start(1, 64, flush));
+        let calls = (0..100u32).map(|i| {
+            let queue = Arc::clone(&queue);
+            tokio::spawn(async move { (i, queue.submit(i).await.unwrap()) })
+        });
+        for call in calls.collect::<Vec<_>>() {
+            let (i, answer) = call.await.unwrap();
+            assert_eq!(answer, i * 10);
+        }
+        let used = batches.load(Ordering::SeqCst);
+        assert!(used < 100, "100 concurrent items took {used} commits");
+    }
+}

@@ -1,0 +1,9 @@
+//! The benchmark's parts: the naive hand-written SQL ceiling, dispatch
+//! latency, and this process's CPU and memory, each in its own file.
+//! `src/bin/bench.rs` runs them and prints the figures.
+
+pub mod database;
+pub mod dispatch;
+pub mod naive;
+pub mod process;
+pub mod stats;
