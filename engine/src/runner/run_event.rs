@@ -9,6 +9,7 @@ use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
 use super::limits::Limits;
+use super::pace::Pace;
 use super::plan_cache::PlanCache;
 use super::run_step::{run_step, StepInputs, StepRun};
 use super::{WorkerConfig, WorkerSignals};
@@ -36,6 +37,7 @@ pub(crate) struct RunnerShared {
     pub book: Arc<LeaseBook>,
     pub limits: Arc<Limits>,
     pub plans: PlanCache,
+    pub pace: Pace,
     /// Stop claiming; running events stop at their next step boundary.
     pub shutdown: CancellationToken,
     /// The grace period is over: cancel running steps.
@@ -184,20 +186,26 @@ pub(crate) async fn run_event(
         .instrument(span.clone())
         .await;
         let finished_at = Utc::now();
-        let _entered = span.enter();
+        // Not `span.enter()`: a guard held across the awaits below leaks the
+        // span into other tasks polled on this thread (and panics
+        // tracing-subscriber when the task resumes on another thread).
 
         match run {
             Err(error) => {
-                tracing::warn!(%error, "could not open the step's transaction; giving the event back");
-                return release(store, &lease, budget, &Release::now(true)).await;
+                tracing::warn!(parent: &span, %error, "could not open the step's transaction; giving the event back");
+                return release(store, &lease, budget, &Release::now(true))
+                    .instrument(span.clone())
+                    .await;
             }
             Ok(StepRun::Cancelled) if shared.hard_stop.is_cancelled() => {
-                tracing::info!("grace period over; step cancelled, giving the event back");
+                tracing::info!(parent: &span, "grace period over; step cancelled, giving the event back");
                 // It started: the attempt counts.
-                return release(store, &lease, budget, &Release::now(false)).await;
+                return release(store, &lease, budget, &Release::now(false))
+                    .instrument(span.clone())
+                    .await;
             }
             Ok(StepRun::Cancelled) => {
-                tracing::warn!("lease lost while the step ran; another worker resumes the event");
+                tracing::warn!(parent: &span, "lease lost while the step ran; another worker resumes the event");
                 return EventEnd::LeaseLost;
             }
             Ok(StepRun::Finished {
@@ -215,7 +223,7 @@ pub(crate) async fn run_event(
                     finished_at,
                     output_json: &output_json,
                 };
-                let mark_span = tracing::debug_span!("mark", event_id = %claimed.event.id, step = %planned.name, attempt);
+                let mark_span = tracing::debug_span!(parent: &span, "mark", event_id = %claimed.event.id, step = %planned.name, attempt);
                 let marked = match transaction {
                     // The transaction is spent by the attempt: no in-process retry.
                     Some(transaction) => {
@@ -233,7 +241,7 @@ pub(crate) async fn run_event(
                 match marked {
                     Ok(()) => {
                         let millis = (finished_at - started_at).num_milliseconds();
-                        tracing::debug!(duration_ms = millis, "step done");
+                        tracing::debug!(parent: &span, duration_ms = millis, "step done");
                         shared.signals.update(|s| s.steps_done += 1);
                         shared.metrics.step_done(
                             &planned.name,
@@ -243,11 +251,11 @@ pub(crate) async fn run_event(
                         attempt = 1;
                     }
                     Err(StoreError::LeaseLost { .. }) => {
-                        tracing::warn!("mark refused: the lease was lost; this worker stops");
+                        tracing::warn!(parent: &span, "mark refused: the lease was lost; this worker stops");
                         return EventEnd::LeaseLost;
                     }
                     Err(error) => {
-                        tracing::error!(%error, "could not mark the step done; it re-runs with the same key once the lease expires");
+                        tracing::error!(parent: &span, %error, "could not mark the step done; it re-runs with the same key once the lease expires");
                         return EventEnd::Abandoned;
                     }
                 }
@@ -261,14 +269,17 @@ pub(crate) async fn run_event(
                     unreachable!("matched above")
                 };
                 let note = format!("snoozed for {}: {failure}", human(delay));
-                tracing::info!(delay_ms = delay.as_millis() as u64, reason = %failure, "step snoozed");
+                tracing::info!(parent: &span, delay_ms = delay.as_millis() as u64, reason = %failure, "step snoozed");
                 let snooze = Release {
                     refund_attempt: true,
                     delay,
                     snoozed: true,
                     note: Some(&note),
                 };
-                return match release(store, &lease, budget, &snooze).await {
+                return match release(store, &lease, budget, &snooze)
+                    .instrument(span.clone())
+                    .await
+                {
                     EventEnd::Released => EventEnd::Snoozed,
                     other => other,
                 };
@@ -305,9 +316,9 @@ pub(crate) async fn run_event(
                     .metrics
                     .step_failed(&planned.name, end == EventEnd::RetryScheduled);
                 if end == EventEnd::Dead {
-                    tracing::error!(%error, "dead-lettering event");
+                    tracing::error!(parent: &span, %error, "dead-lettering event");
                 } else {
-                    tracing::warn!(%error, "step failed");
+                    tracing::warn!(parent: &span, %error, "step failed");
                 }
                 let mark = MarkFailed {
                     lease,
@@ -319,10 +330,11 @@ pub(crate) async fn run_event(
                     error: &error,
                     then,
                 };
-                return after_mark(
-                    retry_transient("mark failed", budget, || store.step_mark_failed(&mark)).await,
-                    end,
-                );
+                let marked =
+                    retry_transient("mark failed", budget, || store.step_mark_failed(&mark))
+                        .instrument(span.clone())
+                        .await;
+                return span.in_scope(|| after_mark(marked, end));
             }
         }
     }
