@@ -5,4 +5,4 @@ mod heartbeat;
 mod lease_book;
 
 pub(crate) use heartbeat::heartbeat_loop;
-pub(crate) use lease_book::LeaseBook;
+pub(crate) use lease_book::{HeldLease, LeaseBook};

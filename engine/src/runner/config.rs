@@ -12,6 +12,10 @@ pub struct WorkerConfig {
     pub concurrency: usize,
     /// Most events leased by one claim.
     pub claim_batch: u32,
+    /// Events claimed ahead of a free slot, while events finish quickly (each
+    /// waits holding its lease, so a claim's round trip overlaps running
+    /// work). Ignored once events take long: then nothing is claimed ahead.
+    pub prefetch: usize,
     /// How long a claim or heartbeat leases an event. After a crash, the event
     /// resumes at most this long after the last heartbeat.
     pub lease: Duration,
@@ -35,6 +39,7 @@ impl Default for WorkerConfig {
             name: default_name(),
             concurrency: 16,
             claim_batch: 16,
+            prefetch: 8,
             lease,
             heartbeat_every: lease / 3,
             poll_every: Duration::from_secs(2),
@@ -57,6 +62,7 @@ impl WorkerConfig {
     pub fn with_concurrency(mut self, concurrency: usize) -> Self {
         self.concurrency = concurrency.max(1);
         self.claim_batch = u32::try_from(self.concurrency).unwrap_or(u32::MAX);
+        self.prefetch = self.concurrency / 2;
         self
     }
 

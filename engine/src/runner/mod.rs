@@ -2,6 +2,7 @@
 
 mod config;
 mod limits;
+mod pace;
 mod plan_cache;
 mod run_event;
 mod run_step;

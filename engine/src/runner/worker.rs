@@ -1,6 +1,7 @@
 //! A worker: claims due events in batches, runs each in its own task, keeps
 //! their leases alive, and shuts down gracefully.
 
+use std::collections::VecDeque;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -11,10 +12,11 @@ use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
 use super::limits::Limits;
+use super::pace::Pace;
 use super::plan_cache::PlanCache;
 use super::run_event::{run_event, EventEnd, RunnerShared};
 use super::{WorkerConfig, WorkerSignals, WorkerStats};
-use crate::claim::{heartbeat_loop, LeaseBook};
+use crate::claim::{heartbeat_loop, HeldLease, LeaseBook};
 use crate::handler::Registry;
 use crate::metrics::Metrics;
 use crate::resources::Resources;
@@ -85,6 +87,7 @@ impl Worker {
                 config.kind_limits.clone(),
             )),
             plans: PlanCache::default(),
+            pace: Pace::default(),
             shutdown: shutdown.clone(),
             hard_stop: CancellationToken::new(),
         });
@@ -102,6 +105,8 @@ impl Worker {
 
         let mut wakeups: Option<Wakeups> = None;
         let mut tasks: JoinSet<()> = JoinSet::new();
+        // Claimed ahead, waiting for a slot (see `WorkerConfig::prefetch`).
+        let mut ready: VecDeque<HeldEvent> = VecDeque::new();
         let mut claim_failures: u32 = 0;
         // Whether the last claim filled its batch, so more is probably due.
         let mut backlog = false;
@@ -116,8 +121,21 @@ impl Worker {
             while let Some(joined) = tasks.try_join_next() {
                 report_panic(joined);
             }
+            while tasks.len() < config.concurrency {
+                let Some(event) = ready.pop_front() else {
+                    break;
+                };
+                start_event(&mut tasks, &shared, event);
+            }
 
-            let free = config.concurrency.saturating_sub(tasks.len());
+            // Claim ahead only while events are quick: a prefetched event's
+            // lease is held while it waits, so no other worker can run it.
+            let prefetch = if shared.pace.is_quick() {
+                config.prefetch
+            } else {
+                0
+            };
+            let free = (config.concurrency + prefetch).saturating_sub(tasks.len() + ready.len());
             // Under a backlog, claim in batches (a quarter of the concurrency
             // at least) instead of one event each time one finishes.
             let min_claim = if tasks.is_empty() || last_claim.elapsed() >= BATCH_WINDOW {
@@ -150,7 +168,12 @@ impl Worker {
                         full_batch = events.len() == limit as usize;
                         backlog = full_batch;
                         for event in events {
-                            spawn_event(&mut tasks, &shared, event, claimed_at);
+                            let held = hold_event(&shared, event, claimed_at);
+                            if tasks.len() < config.concurrency {
+                                start_event(&mut tasks, &shared, held);
+                            } else {
+                                ready.push_back(held);
+                            }
                         }
                     }
                     Err(error) => {
@@ -197,6 +220,7 @@ impl Worker {
             }
         }
 
+        release_unstarted(&shared, &mut ready).await;
         let running = tasks.len();
         if running > 0 {
             tracing::info!(
@@ -255,26 +279,16 @@ impl Worker {
     }
 }
 
-fn spawn_event(
-    tasks: &mut JoinSet<()>,
-    shared: &Arc<RunnerShared>,
+/// A claimed event whose lease this worker holds (renewed by the heartbeat),
+/// waiting for a free slot or about to start.
+struct HeldEvent {
     claimed: ClaimedEvent,
-    claimed_at: Instant,
-) {
-    let Some(slot) = shared
-        .limits
-        .try_take(&claimed.event.source, &claimed.event.kind)
-    else {
-        // Claimed past a limit (the batch held more of one source than it had
-        // room for): give it straight back, attempt refunded.
-        let store = Arc::clone(&shared.store);
-        tasks.spawn(async move {
-            if let Err(error) = store.event_release(&claimed.lease, &Release::now(true)).await {
-                tracing::debug!(%error, "could not give back an event over its limit; its lease will expire");
-            }
-        });
-        return;
-    };
+    held: HeldLease,
+    cancel: CancellationToken,
+}
+
+/// Record a claimed event's lease in the book, so the heartbeat keeps it.
+fn hold_event(shared: &Arc<RunnerShared>, claimed: ClaimedEvent, claimed_at: Instant) -> HeldEvent {
     let cancel = shared.hard_stop.child_token();
     let held = shared.book.hold(
         claimed.lease,
@@ -285,12 +299,59 @@ fn spawn_event(
     let took_over = claimed.took_over;
     shared.signals.update(|s| {
         s.claimed += 1;
-        s.in_flight += 1;
         s.takeovers += u64::from(took_over);
     });
     if took_over {
         shared.metrics.lease_takeover();
     }
+    HeldEvent {
+        claimed,
+        held,
+        cancel,
+    }
+}
+
+/// Give back prefetched events that will not run here (shutdown).
+async fn release_unstarted(shared: &RunnerShared, ready: &mut VecDeque<HeldEvent>) {
+    for event in ready.drain(..) {
+        let released = shared
+            .store
+            .event_release(&event.claimed.lease, &Release::now(true))
+            .await;
+        if let Err(error) = released {
+            tracing::debug!(%error, "could not give back a prefetched event; its lease will expire");
+        }
+    }
+}
+
+/// Run a held event in its own task, under its source's and kind's limits.
+fn start_event(tasks: &mut JoinSet<()>, shared: &Arc<RunnerShared>, event: HeldEvent) {
+    let HeldEvent {
+        claimed,
+        held,
+        cancel,
+    } = event;
+    if cancel.is_cancelled() {
+        // Its lease was lost while it waited: another worker has it.
+        return;
+    }
+    let Some(slot) = shared
+        .limits
+        .try_take(&claimed.event.source, &claimed.event.kind)
+    else {
+        // Claimed past a limit (the batch held more of one source than it had
+        // room for): give it straight back, attempt refunded.
+        let store = Arc::clone(&shared.store);
+        tasks.spawn(async move {
+            let _held = held;
+            if let Err(error) = store.event_release(&claimed.lease, &Release::now(true)).await {
+                tracing::debug!(%error, "could not give back an event over its limit; its lease will expire");
+            }
+        });
+        return;
+    };
+    let took_over = claimed.took_over;
+    shared.signals.update(|s| s.in_flight += 1);
     let span = tracing::info_span!(
         "event",
         event_id = %claimed.event.id,
@@ -308,7 +369,9 @@ fn spawn_event(
             if took_over {
                 tracing::warn!("took over an expired lease: resuming at the first unfinished step");
             }
+            let started = Instant::now();
             let end = run_event(&shared, claimed, cancel).await;
+            shared.pace.record(started.elapsed());
             shared.signals.update(|s| match end {
                 EventEnd::Done => s.events_done += 1,
                 EventEnd::Dead => s.events_dead += 1,

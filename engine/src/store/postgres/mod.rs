@@ -215,7 +215,7 @@ fn insert_many(
 
 /// Concurrent marks share a commit; two flushers keep one batch gathering
 /// while the other is being written.
-const MARK_FLUSHERS: usize = 2;
+const MARK_FLUSHERS: usize = 3;
 /// Most marks in one statement.
 const MAX_MARK_BATCH: usize = 512;
 
