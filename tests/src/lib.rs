@@ -7,6 +7,7 @@
 //! unreachable; `TICKMARK_SKIP_POSTGRES=1` skips them instead, except when
 //! `CI=true`.
 
+pub mod chaos;
 pub mod conformance;
 pub mod db;
 pub mod http_client;
