@@ -26,50 +26,15 @@ pub const EVENT_INSERT_MANY: &str = "
     FROM inserted
     LEFT JOIN LATERAL (SELECT pg_notify($11, '') WHERE inserted.state = 'pending') AS woken ON true";
 
-/// Lease due events in one statement. The CTE walks `tickmark_events_due` in
-/// its exact order (no sort of the backlog) and locks with SKIP LOCKED, so
+/// Lease due events in one statement: `tickmark_claim` (migration 0003).
+/// It walks `tickmark_events_due` in its exact order (no sort of the backlog,
+/// whatever the table's statistics say) and locks with SKIP LOCKED, so
 /// concurrent claimers take different rows instead of queueing. Running rows
-/// whose lease expired are due too: that is how a dead worker's event is taken
-/// over, with a new fencing token that fences the old worker out. An ordered
-/// event waits while an earlier event of its resource is unfinished (one probe
-/// of `tickmark_events_serial`); sources and kinds at this worker's limits are
-/// skipped.
-pub const EVENT_CLAIM_MANY: &str = "
-    WITH due AS (
-        SELECT e.id, e.state AS was_state
-        FROM tickmark_events AS e
-        WHERE e.state IN ('pending', 'running') AND e.due_at <= now()
-          AND NOT (e.source = ANY($4))
-          AND NOT ((e.source || chr(31) || e.kind) = ANY($5))
-          AND NOT EXISTS (
-              SELECT 1 FROM tickmark_events AS earlier
-              WHERE earlier.resource_key = e.resource_key AND earlier.id < e.id
-                AND earlier.state IN ('pending', 'running'))
-        ORDER BY e.due_at, e.id
-        LIMIT $2
-        FOR UPDATE SKIP LOCKED
-    )
-    UPDATE tickmark_events AS e
-    SET state = 'running',
-        lease_owner = $1,
-        lease_token = e.lease_token + 1,
-        due_at = now() + make_interval(secs => $3),
-        attempt = e.attempt + 1,
-        step_started_at = now(),
-        progress = NULL,
-        progress_message = NULL,
-        snoozed = false,
-        takeovers = e.takeovers + CASE WHEN due.was_state = 'running' THEN 1 ELSE 0 END,
-        last_error = CASE WHEN due.was_state = 'running'
-            THEN 'interrupted: the lease of ' || coalesce(e.lease_owner, 'a worker')
-                 || ' expired before step ' || e.next_step
-                 || ' was marked; re-running it with the same idempotency key'
-            ELSE e.last_error END
-    FROM due
-    WHERE e.id = due.id
-    RETURNING e.id, e.source, e.dedup_key, e.kind, e.payload::text AS payload, e.received_at,
-              e.plan::text AS plan, e.next_step, e.attempt, e.lease_token,
-              (due.was_state = 'running') AS took_over, e.resource_key, e.resource_seq";
+/// whose lease expired are due too: that is how a dead worker's event is
+/// taken over, with a new fencing token that fences the old worker out. An
+/// ordered event waits while an earlier event of its resource is unfinished;
+/// sources and kinds at this worker's limits are skipped.
+pub const EVENT_CLAIM_MANY: &str = "SELECT * FROM tickmark_claim($1, $2::int, $3, $4, $5)";
 
 /// Extend every lease still held under its token; an expired lease is not revived.
 pub const EVENT_HEARTBEAT_MANY: &str = "
