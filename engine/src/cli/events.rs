@@ -389,7 +389,15 @@ fn render_show(detail: &Detail, full: bool) -> String {
         steps.row(vec![
             step.position.to_string(),
             step.step.clone(),
-            step.state.to_string(),
+            match (step.progress, &step.progress_message) {
+                (Some(fraction), message) => format!(
+                    "{} {:.0}% {}",
+                    step.state,
+                    fraction * 100.0,
+                    cut(message.as_deref().unwrap_or_default(), 40)
+                ),
+                (None, _) => step.state.to_string(),
+            },
             step.attempts.to_string(),
             step.idempotency_key.clone(),
             time_opt(step.started_at),

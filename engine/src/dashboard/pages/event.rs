@@ -214,9 +214,18 @@ fn step_table(steps: &[StepStatus]) -> String {
             StepState::Running | StepState::Interrupted => step.lease_until.as_ref(),
             _ => None,
         };
+        // What a running step last reported (already escaped).
+        let progress = match (step.progress, &step.progress_message) {
+            (Some(fraction), message) => format!(
+                " <span class=\"progress\">{:.0}% {}</span>",
+                fraction * 100.0,
+                Text(message.as_deref().unwrap_or(""))
+            ),
+            (None, _) => String::new(),
+        };
         let _ = writeln!(
             out,
-            "<tr class=\"{class}\"><td class=\"num\">{position}</td><td>{name}</td><td>{state}</td>\
+            "<tr class=\"{class}\"><td class=\"num\">{position}</td><td>{name}</td><td>{state}{progress}</td>\
              <td class=\"num\">{attempts}</td><td>{started}</td><td>{finished}</td>\
              <td class=\"num\">{took}</td><td>{next}</td><td>{worker}</td><td class=\"wrap\">{key}</td></tr>",
             position = step.position,
