@@ -6,6 +6,7 @@ mod pace;
 mod plan_cache;
 mod run_event;
 mod run_step;
+mod settle;
 mod signals;
 mod worker;
 

@@ -1,5 +1,7 @@
-//! Run one claimed event: decode its plan, resume at the first unfinished step,
-//! run each step outside any lock, and mark it in its own short transaction.
+//! Run one claimed event: decode its plan, check its sequence, resume at the
+//! first unfinished step with the earlier outputs, and run each step outside
+//! any lock. What happens after each step (mark done, schedule a retry,
+//! dead-letter, snooze, give back) is in `settle.rs`.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -12,18 +14,17 @@ use super::limits::Limits;
 use super::pace::Pace;
 use super::plan_cache::PlanCache;
 use super::run_step::{run_step, StepInputs, StepRun};
+use super::settle::Settle;
 use super::{WorkerConfig, WorkerSignals};
 use crate::claim::LeaseBook;
 use crate::context::StepOutputs;
 use crate::handler::Registry;
 use crate::metrics::Metrics;
+use crate::plan::Plan;
 use crate::resources::Resources;
 use crate::step::FailureKind;
 use crate::store::transient::retry_transient;
-use crate::store::{
-    AfterFailure, ClaimedEvent, Lease, MarkDone, MarkFailed, Release, SequenceCheck, Store,
-    StoreError,
-};
+use crate::store::{ClaimedEvent, Release, SequenceCheck, Store};
 
 /// What a worker's event tasks share.
 #[derive(Debug)]
@@ -72,217 +73,179 @@ pub(crate) async fn run_event(
     claimed: ClaimedEvent,
     cancel: CancellationToken,
 ) -> EventEnd {
-    let store = shared.store.as_ref();
-    let lease = claimed.lease;
-    let budget = shared.config.lease;
-
-    let plan = match shared.plans.get(&claimed.plan_json) {
-        Ok(plan) => plan,
-        Err(error) => return park(store, &lease, &error.to_string(), budget).await,
-    };
-    let first = usize::try_from(claimed.next_step).unwrap_or(usize::MAX);
-    if first >= plan.len() {
-        let reason = format!(
-            "stored progress (step {}) is past the end of the plan ({} steps)",
-            claimed.next_step,
-            plan.len()
-        );
-        return park(store, &lease, &reason, budget).await;
+    match EventRun::prepare(shared, &claimed, &cancel).await {
+        Ok(run) => run.run_steps().await,
+        Err(end) => end,
     }
+}
 
-    if let (0, Some(key), Some(seq)) = (first, &claimed.resource_key, claimed.resource_seq) {
-        let checked = retry_transient("check sequence", budget, || {
-            store.event_sequence_check(&lease, key, seq)
-        })
-        .await;
-        match checked {
-            Ok(SequenceCheck::Apply) => {}
-            Ok(SequenceCheck::Stale { last_seq }) => {
-                tracing::info!(resource = %key, sequence = seq, last_seq, "stale event: recorded, not run");
-                return EventEnd::Stale;
-            }
-            Err(error) => return after_mark(Err(error), EventEnd::Abandoned),
+/// One event's run in this worker, from its first unfinished step.
+struct EventRun<'a> {
+    shared: &'a RunnerShared,
+    claimed: &'a ClaimedEvent,
+    cancel: &'a CancellationToken,
+    plan: Arc<Plan>,
+    first: usize,
+    outputs: StepOutputs,
+}
+
+impl<'a> EventRun<'a> {
+    /// Decode the plan (park the event if this build cannot run it), check an
+    /// ordered event's sequence before its first step, and load the outputs
+    /// of the steps already done.
+    async fn prepare(
+        shared: &'a RunnerShared,
+        claimed: &'a ClaimedEvent,
+        cancel: &'a CancellationToken,
+    ) -> Result<EventRun<'a>, EventEnd> {
+        let store = shared.store.as_ref();
+        let lease = claimed.lease;
+        let budget = shared.config.lease;
+        let settle = Settle::new(shared, lease, tracing::Span::current());
+
+        let plan = match shared.plans.get(&claimed.plan_json) {
+            Ok(plan) => plan,
+            Err(error) => return Err(settle.park(&error.to_string()).await),
+        };
+        let first = usize::try_from(claimed.next_step).unwrap_or(usize::MAX);
+        if first >= plan.len() {
+            let reason = format!(
+                "stored progress (step {}) is past the end of the plan ({} steps)",
+                claimed.next_step,
+                plan.len()
+            );
+            return Err(settle.park(&reason).await);
         }
-    }
 
-    let mut outputs = StepOutputs::default();
-    if first > 0 {
-        let stored = retry_transient("load step outputs", budget, || {
-            store.step_outputs(lease.event_seq)
-        })
-        .await;
-        match stored {
-            Ok(stored) => {
-                for (position, output) in stored {
-                    if let Some(step) = usize::try_from(position)
-                        .ok()
-                        .and_then(|p| plan.steps.get(p))
-                    {
-                        outputs.insert(step.name.clone(), output);
+        if let (0, Some(key), Some(seq)) = (first, &claimed.resource_key, claimed.resource_seq) {
+            let checked = retry_transient("check sequence", budget, || {
+                store.event_sequence_check(&lease, key, seq)
+            })
+            .await;
+            match checked {
+                Ok(SequenceCheck::Apply) => {}
+                Ok(SequenceCheck::Stale { last_seq }) => {
+                    tracing::info!(resource = %key, sequence = seq, last_seq, "stale event: recorded, not run");
+                    return Err(EventEnd::Stale);
+                }
+                Err(error) => return Err(settle.after_mark(Err(error), EventEnd::Abandoned)),
+            }
+        }
+
+        let mut outputs = StepOutputs::default();
+        if first > 0 {
+            let stored = retry_transient("load step outputs", budget, || {
+                store.step_outputs(lease.event_seq)
+            })
+            .await;
+            match stored {
+                Ok(stored) => {
+                    for (position, output) in stored {
+                        let step = usize::try_from(position)
+                            .ok()
+                            .and_then(|p| plan.steps.get(p));
+                        if let Some(step) = step {
+                            outputs.insert(step.name.clone(), output);
+                        }
                     }
                 }
-            }
-            Err(error) => {
-                tracing::error!(%error, "could not load earlier outputs; the lease will expire and the event resume");
-                return EventEnd::Abandoned;
+                Err(error) => {
+                    tracing::error!(%error, "could not load earlier outputs; the lease will expire and the event resume");
+                    return Err(EventEnd::Abandoned);
+                }
             }
         }
+        Ok(EventRun {
+            shared,
+            claimed,
+            cancel,
+            plan,
+            first,
+            outputs,
+        })
     }
 
-    let mut attempt = u32::try_from(claimed.attempt).unwrap_or(1).max(1);
-    for (position, planned) in plan.steps.iter().enumerate().skip(first) {
-        if shared.shutdown.is_cancelled() {
-            // The step has not started: give the attempt back with the lease.
-            return release(store, &lease, budget, &Release::now(true)).await;
+    /// Run the steps in order until the last is marked done, or one stops the run.
+    async fn run_steps(mut self) -> EventEnd {
+        let mut attempt = u32::try_from(self.claimed.attempt).unwrap_or(1).max(1);
+        for position in self.first..self.plan.len() {
+            if let Err(end) = self.run_step_at(position, attempt).await {
+                return end;
+            }
+            // The next step starts on its first attempt (the mark counted it).
+            attempt = 1;
         }
-        let retry = plan.retry_of(position);
-        let position_i32 = i32::try_from(position).unwrap_or(i32::MAX);
-        let attempt_i32 = i32::try_from(attempt).unwrap_or(i32::MAX);
+        EventEnd::Done
+    }
+
+    /// Run step `position` (its `attempt`-th attempt) and settle the outcome:
+    /// `Ok` when it was marked done and the run goes on.
+    async fn run_step_at(&mut self, position: usize, attempt: u32) -> Result<(), EventEnd> {
+        let shared = self.shared;
+        let plan = Arc::clone(&self.plan);
+        let planned = &plan.steps[position];
         let span = tracing::info_span!(
             "step",
-            event_id = %claimed.event.id,
+            event_id = %self.claimed.event.id,
             step = %planned.name,
             position,
             attempt
         );
+        // Never `span.enter()` here: a guard held across the awaits below
+        // leaks the span into other tasks polled on this thread (and panics
+        // tracing-subscriber when the task resumes on another thread).
+        let settle = Settle::new(shared, self.claimed.lease, span.clone());
+        let step = settle.step(planned, position, attempt);
 
+        if shared.shutdown.is_cancelled() {
+            // The step has not started: give the attempt back with the lease.
+            return Err(settle.release(&Release::now(true)).await);
+        }
+        let retry = plan.retry_of(position);
         if attempt > retry.max_attempts.max(1) {
             // Every earlier attempt ended with the worker gone (a crash or a
             // lost lease), so no failure was ever recorded: a poison step.
-            let error = format!(
-                "ran out of attempts: the worker stopped (crash or lost lease) during each of {} attempts",
-                retry.max_attempts
-            );
-            let now = Utc::now();
-            let mark = MarkFailed {
-                lease,
-                position: position_i32,
-                step: &planned.name,
-                attempt: attempt_i32 - 1,
-                started_at: now,
-                finished_at: now,
-                error: &error,
-                then: AfterFailure::Dead,
-            };
-            tracing::error!(parent: &span, %error, "dead-lettering event");
-            return after_mark(
-                retry_transient("mark dead", budget, || store.step_mark_failed(&mark)).await,
-                EventEnd::Dead,
-            );
+            return Err(settle.dead_after_crashes(&step, retry.max_attempts).await);
         }
 
         let started_at = Utc::now();
         let run = run_step(StepInputs {
-            store,
+            store: shared.store.as_ref(),
             planned,
-            event: &claimed.event,
-            lease,
-            outputs: &outputs,
+            event: &self.claimed.event,
+            lease: self.claimed.lease,
+            outputs: &self.outputs,
             attempt,
-            cancel: &cancel,
+            cancel: self.cancel,
             resources: &shared.resources,
             registry: &shared.registry,
         })
         .instrument(span.clone())
         .await;
         let finished_at = Utc::now();
-        // Not `span.enter()`: a guard held across the awaits below leaks the
-        // span into other tasks polled on this thread (and panics
-        // tracing-subscriber when the task resumes on another thread).
+        let step = step.timed(started_at, finished_at);
 
         match run {
             Err(error) => {
                 tracing::warn!(parent: &span, %error, "could not open the step's transaction; giving the event back");
-                return release(store, &lease, budget, &Release::now(true))
-                    .instrument(span.clone())
-                    .await;
+                Err(settle.release(&Release::now(true)).await)
             }
             Ok(StepRun::Cancelled) if shared.hard_stop.is_cancelled() => {
                 tracing::info!(parent: &span, "grace period over; step cancelled, giving the event back");
                 // It started: the attempt counts.
-                return release(store, &lease, budget, &Release::now(false))
-                    .instrument(span.clone())
-                    .await;
+                Err(settle.release(&Release::now(false)).await)
             }
             Ok(StepRun::Cancelled) => {
                 tracing::warn!(parent: &span, "lease lost while the step ran; another worker resumes the event");
-                return EventEnd::LeaseLost;
+                Err(EventEnd::LeaseLost)
             }
             Ok(StepRun::Finished {
                 result: Ok(output),
                 transaction,
             }) => {
-                let output_json =
-                    serde_json::to_string(&output).unwrap_or_else(|_| "null".to_owned());
-                let mark = MarkDone {
-                    lease,
-                    position: position_i32,
-                    step: &planned.name,
-                    attempt: attempt_i32,
-                    started_at,
-                    finished_at,
-                    output_json: &output_json,
-                };
-                let mark_span = tracing::debug_span!(parent: &span, "mark", event_id = %claimed.event.id, step = %planned.name, attempt);
-                let marked = match transaction {
-                    // The transaction is spent by the attempt: no in-process retry.
-                    Some(transaction) => {
-                        store
-                            .step_mark_done(&mark, Some(transaction))
-                            .instrument(mark_span)
-                            .await
-                    }
-                    None => {
-                        retry_transient("mark done", budget, || store.step_mark_done(&mark, None))
-                            .instrument(mark_span)
-                            .await
-                    }
-                };
-                match marked {
-                    Ok(()) => {
-                        let millis = (finished_at - started_at).num_milliseconds();
-                        tracing::debug!(parent: &span, duration_ms = millis, "step done");
-                        shared.signals.update(|s| s.steps_done += 1);
-                        shared.metrics.step_done(
-                            &planned.name,
-                            (finished_at - started_at).to_std().unwrap_or_default(),
-                        );
-                        outputs.insert(planned.name.clone(), output);
-                        attempt = 1;
-                    }
-                    Err(StoreError::LeaseLost { .. }) => {
-                        tracing::warn!(parent: &span, "mark refused: the lease was lost; this worker stops");
-                        return EventEnd::LeaseLost;
-                    }
-                    Err(error) => {
-                        tracing::error!(parent: &span, %error, "could not mark the step done; it re-runs with the same key once the lease expires");
-                        return EventEnd::Abandoned;
-                    }
-                }
-            }
-            Ok(StepRun::Finished {
-                result: Err(failure),
-                transaction,
-            }) if matches!(failure.kind(), FailureKind::Snooze { .. }) => {
-                drop(transaction);
-                let FailureKind::Snooze { delay } = failure.kind() else {
-                    unreachable!("matched above")
-                };
-                let note = format!("snoozed for {}: {failure}", human(delay));
-                tracing::info!(parent: &span, delay_ms = delay.as_millis() as u64, reason = %failure, "step snoozed");
-                let snooze = Release {
-                    refund_attempt: true,
-                    delay,
-                    snoozed: true,
-                    note: Some(&note),
-                };
-                return match release(store, &lease, budget, &snooze)
-                    .instrument(span.clone())
-                    .await
-                {
-                    EventEnd::Released => EventEnd::Snoozed,
-                    other => other,
-                };
+                settle.mark_done(&step, &output, transaction).await?;
+                self.outputs.insert(planned.name.clone(), output);
+                Ok(())
             }
             Ok(StepRun::Finished {
                 result: Err(failure),
@@ -290,103 +253,17 @@ pub(crate) async fn run_event(
             }) => {
                 // Roll back whatever a transactional step wrote.
                 drop(transaction);
-                shared.signals.update(|s| s.steps_failed += 1);
-                let max = retry.max_attempts.max(1);
-                let (then, error, end) = if failure.is_terminal() {
-                    let error = format!("terminal failure on attempt {attempt}: {failure}");
-                    (AfterFailure::Dead, error, EventEnd::Dead)
-                } else if !retry.allows_another_attempt(attempt) {
-                    let error = format!("attempt {attempt} of {max} failed, none left: {failure}");
-                    (AfterFailure::Dead, error, EventEnd::Dead)
-                } else {
-                    let delay = retry
-                        .delay_after(attempt, rand::random::<f64>())
-                        .max(failure.retry_after().unwrap_or_default());
-                    let error = format!(
-                        "attempt {attempt} of {max} failed, retrying in {}: {failure}",
-                        human(delay)
-                    );
-                    (
-                        AfterFailure::RetryIn(delay),
-                        error,
-                        EventEnd::RetryScheduled,
-                    )
-                };
-                shared
-                    .metrics
-                    .step_failed(&planned.name, end == EventEnd::RetryScheduled);
-                if end == EventEnd::Dead {
-                    tracing::error!(parent: &span, %error, "dead-lettering event");
-                } else {
-                    tracing::warn!(parent: &span, %error, "step failed");
-                }
-                let mark = MarkFailed {
-                    lease,
-                    position: position_i32,
-                    step: &planned.name,
-                    attempt: attempt_i32,
-                    started_at,
-                    finished_at,
-                    error: &error,
-                    then,
-                };
-                let marked =
-                    retry_transient("mark failed", budget, || store.step_mark_failed(&mark))
-                        .instrument(span.clone())
-                        .await;
-                return span.in_scope(|| after_mark(marked, end));
+                Err(match failure.kind() {
+                    FailureKind::Snooze { delay } => settle.snooze(delay, &failure).await,
+                    _ => settle.mark_failed(&step, &failure, &retry).await,
+                })
             }
         }
     }
-    EventEnd::Done
 }
 
-fn after_mark(marked: Result<(), StoreError>, end: EventEnd) -> EventEnd {
-    match marked {
-        Ok(()) => end,
-        Err(StoreError::LeaseLost { .. }) => {
-            tracing::warn!("mark refused: the lease was lost; this worker stops");
-            EventEnd::LeaseLost
-        }
-        Err(error) => {
-            tracing::error!(%error, "could not record the step's failure; the lease will expire and it re-runs");
-            EventEnd::Abandoned
-        }
-    }
-}
-
-async fn park(store: &dyn Store, lease: &Lease, reason: &str, budget: Duration) -> EventEnd {
-    tracing::error!(
-        reason,
-        "parking event: this build cannot run its stored plan"
-    );
-    after_mark(
-        retry_transient("park", budget, || store.event_park(lease, reason)).await,
-        EventEnd::Parked,
-    )
-}
-
-async fn release(
-    store: &dyn Store,
-    lease: &Lease,
-    budget: Duration,
-    release: &Release<'_>,
-) -> EventEnd {
-    match retry_transient("release", budget.min(Duration::from_secs(5)), || {
-        store.event_release(lease, release)
-    })
-    .await
-    {
-        Ok(()) => EventEnd::Released,
-        Err(StoreError::LeaseLost { .. }) => EventEnd::LeaseLost,
-        Err(error) => {
-            tracing::warn!(%error, "could not give the event back; it resumes when its lease expires");
-            EventEnd::Abandoned
-        }
-    }
-}
-
-fn human(delay: Duration) -> String {
+/// Round a delay for people: `250 ms`, `12.5 s`, `3.2 min`.
+pub(crate) fn human(delay: Duration) -> String {
     let secs = delay.as_secs_f64();
     if secs < 1.0 {
         format!("{} ms", delay.as_millis())
