@@ -192,7 +192,7 @@ pub(crate) mod rules {
 
     use super::{Actor, AdminError};
     use crate::event::EventState;
-    use crate::store::StoreError;
+    use crate::store::{decode, StoreError};
 
     /// An event as an action found it, read in the action's transaction.
     #[derive(Debug, Clone)]
@@ -210,25 +210,6 @@ pub(crate) mod rules {
         pub finished_at: Option<DateTime<Utc>>,
         /// The step names of its plan, in order.
         pub steps: Vec<String>,
-    }
-
-    /// The step names of a stored plan (`steps[i].name`).
-    pub(crate) fn step_names(plan_json: &str) -> Result<Vec<String>, StoreError> {
-        let plan: serde_json::Value = serde_json::from_str(plan_json)
-            .map_err(|e| StoreError::Corrupt(format!("stored plan: {e}")))?;
-        let steps = plan
-            .get("steps")
-            .and_then(serde_json::Value::as_array)
-            .ok_or_else(|| StoreError::Corrupt("stored plan has no `steps` list".into()))?;
-        steps
-            .iter()
-            .map(|step| {
-                step.get("name")
-                    .and_then(serde_json::Value::as_str)
-                    .map(str::to_owned)
-                    .ok_or_else(|| StoreError::Corrupt("a stored plan step has no `name`".into()))
-            })
-            .collect()
     }
 
     fn time(at: DateTime<Utc>) -> String {
@@ -525,6 +506,21 @@ pub(crate) mod rules {
         id.parse().ok()
     }
 
+    /// Event counts by (state, source) as stored, decoded and sorted in
+    /// lifecycle order, then by source.
+    pub(crate) fn sorted_counts(
+        rows: Vec<(String, String, i64)>,
+    ) -> Result<Vec<(EventState, String, i64)>, StoreError> {
+        let mut counts = rows
+            .into_iter()
+            .map(|(state, source, count)| {
+                Ok((decode::state(&state, "event state")?, source, count))
+            })
+            .collect::<Result<Vec<_>, StoreError>>()?;
+        counts.sort_by(|a, b| state_order(a.0).cmp(&state_order(b.0)).then(a.1.cmp(&b.1)));
+        Ok(counts)
+    }
+
     /// States in lifecycle order, for sorting counts.
     pub(crate) fn state_order(state: EventState) -> usize {
         EventState::ALL
@@ -645,13 +641,6 @@ pub(crate) mod rules {
             );
             refused(required_reason(&actor(Some("  ")), "skip"), "--reason");
             refused(required_reason(&actor(None), "skip"), "--reason");
-        }
-
-        #[test]
-        fn plans_give_their_step_names() {
-            let plan = r#"{"version":1,"steps":[{"name":"x","step":{}},{"name":"y","step":{}}]}"#;
-            assert_eq!(step_names(plan).unwrap(), ["x", "y"]);
-            assert!(step_names("{}").is_err());
         }
     }
 }

@@ -46,7 +46,8 @@ impl PostgresStore {
             lease_owner: row.try_get("lease_owner")?,
             last_error: row.try_get("last_error")?,
             finished_at: row.try_get("finished_at")?,
-            steps: rules::step_names(&plan)?,
+            steps: crate::plan::step_names(&plan)
+                .map_err(|e| StoreError::Corrupt(format!("stored plan: {e}")))?,
         })
     }
 
@@ -167,21 +168,11 @@ impl Admin for PostgresStore {
         let counts: Vec<(String, String, i64)> = sqlx::query_as(sql::STATUS_COUNTS)
             .fetch_all(&self.pool)
             .await?;
-        let mut counts = counts
-            .into_iter()
-            .map(|(state, source, count)| {
-                Ok((decode::state(&state, "event state")?, source, count))
-            })
-            .collect::<Result<Vec<(EventState, String, i64)>, StoreError>>()?;
-        counts.sort_by(|a, b| {
-            rules::state_order(a.0)
-                .cmp(&rules::state_order(b.0))
-                .then(a.1.cmp(&b.1))
-        });
+        let counts = rules::sorted_counts(counts)?;
         let age: Option<f64> = sqlx::query_scalar(engine_sql::EVENT_OLDEST_PENDING_AGE)
             .fetch_one(&self.pool)
             .await?;
-        let stuck: i64 = sqlx::query_scalar(sql::STATUS_STUCK)
+        let stuck: i64 = sqlx::query_scalar(engine_sql::EVENT_COUNT_STUCK)
             .fetch_one(&self.pool)
             .await?;
         let buckets: Vec<(i32, i64)> = sqlx::query_as(sql::STATUS_DONE_PER_MINUTE)

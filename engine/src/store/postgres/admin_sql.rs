@@ -15,10 +15,6 @@ macro_rules! record_columns {
 pub const STATUS_COUNTS: &str =
     "SELECT state, source, count(*) FROM tickmark_events GROUP BY state, source";
 
-/// Running events whose lease expired without a mark: their worker died or stalled.
-pub const STATUS_STUCK: &str =
-    "SELECT count(*) FROM tickmark_events WHERE state = 'running' AND due_at < now()";
-
 /// Events finished (done) in each of the last `$1` minutes: bucket 0 is the
 /// minute before now.
 pub const STATUS_DONE_PER_MINUTE: &str = "

@@ -54,7 +54,8 @@ impl SqliteStore {
             lease_owner: row.try_get("lease_owner")?,
             last_error: row.try_get("last_error")?,
             finished_at: parse_time_opt(row.try_get("finished_at")?)?,
-            steps: rules::step_names(&plan)?,
+            steps: crate::plan::step_names(&plan)
+                .map_err(|e| StoreError::Corrupt(format!("stored plan: {e}")))?,
         })
     }
 
@@ -184,22 +185,12 @@ impl Admin for SqliteStore {
         let counts: Vec<(String, String, i64)> = sqlx::query_as(sql::STATUS_COUNTS)
             .fetch_all(&self.pool)
             .await?;
-        let mut counts = counts
-            .into_iter()
-            .map(|(state, source, count)| {
-                Ok((decode::state(&state, "event state")?, source, count))
-            })
-            .collect::<Result<Vec<(EventState, String, i64)>, StoreError>>()?;
-        counts.sort_by(|a, b| {
-            rules::state_order(a.0)
-                .cmp(&rules::state_order(b.0))
-                .then(a.1.cmp(&b.1))
-        });
+        let counts = rules::sorted_counts(counts)?;
         let oldest: Option<String> = sqlx::query_scalar(engine_sql::EVENT_OLDEST_PENDING)
             .bind(&now_text)
             .fetch_one(&self.pool)
             .await?;
-        let stuck: i64 = sqlx::query_scalar(sql::STATUS_STUCK)
+        let stuck: i64 = sqlx::query_scalar(engine_sql::EVENT_COUNT_STUCK)
             .bind(&now_text)
             .fetch_one(&self.pool)
             .await?;

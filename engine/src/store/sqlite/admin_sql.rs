@@ -16,10 +16,6 @@ macro_rules! record_columns {
 pub const STATUS_COUNTS: &str =
     "SELECT state, source, count(*) FROM tickmark_events GROUP BY state, source";
 
-/// Running events whose lease expired (before ?1, now) without a mark.
-pub const STATUS_STUCK: &str =
-    "SELECT count(*) FROM tickmark_events WHERE state = 'running' AND due_at < ?1";
-
 /// Events finished (done) after ?2 (now minus the window), bucketed by whole
 /// minutes before ?1 (now): bucket 0 is the minute before now.
 pub const STATUS_DONE_PER_MINUTE: &str = "
