@@ -188,7 +188,7 @@ impl Handlers {
     }
 
     pub(crate) fn compile(self) -> Result<Registry, ConfigError> {
-        let mut by_key = HashMap::new();
+        let mut by_source: HashMap<String, HashMap<String, CompiledHandler>> = HashMap::new();
         for (source, kind, handler) in self.entries {
             check_name("source", &source)?;
             check_name("kind", &kind)?;
@@ -225,8 +225,10 @@ impl Handlers {
                 step_count: i32::try_from(handler.steps.len()).unwrap_or(i32::MAX),
                 ordering: handler.ordering.clone(),
             };
-            if by_key
-                .insert((source.clone(), kind.clone()), compiled)
+            if by_source
+                .entry(source.clone())
+                .or_default()
+                .insert(kind.clone(), compiled)
                 .is_some()
             {
                 return Err(ConfigError::DuplicateHandler {
@@ -235,7 +237,7 @@ impl Handlers {
                 });
             }
         }
-        Ok(Registry { by_key })
+        Ok(Registry { by_source })
     }
 }
 
@@ -259,12 +261,13 @@ fn check_name(what: &'static str, name: &str) -> Result<(), ConfigError> {
 /// Compiled handlers, looked up on every accept.
 #[derive(Debug, Default)]
 pub(crate) struct Registry {
-    by_key: HashMap<(String, String), CompiledHandler>,
+    /// By source, then kind: looked up with borrowed names, no allocation.
+    by_source: HashMap<String, HashMap<String, CompiledHandler>>,
 }
 
 impl Registry {
     pub fn find(&self, source: &str, kind: &str) -> Option<&CompiledHandler> {
-        let get = |s: &str, k: &str| self.by_key.get(&(s.to_owned(), k.to_owned()));
+        let get = |s: &str, k: &str| self.by_source.get(s).and_then(|kinds| kinds.get(k));
         get(source, kind)
             .or_else(|| get(source, ANY))
             .or_else(|| get(ANY, ANY))

@@ -56,7 +56,5 @@ pub(crate) async fn heartbeat_loop(
 
 fn record_lost(signals: &WorkerSignals, metrics: &Metrics, lost: usize) {
     signals.leases_lost(lost);
-    for _ in 0..lost {
-        metrics.lease_lost();
-    }
+    metrics.leases_lost(lost);
 }

@@ -3,6 +3,7 @@
 
 mod dedup_key;
 
+use std::sync::LazyLock;
 use std::time::Duration;
 
 use serde::Serialize;
@@ -47,6 +48,11 @@ impl Accepted {
     }
 }
 
+/// The plan stored with an ignored event (no handler): no steps. Encoded once.
+static IGNORED_PLAN: LazyLock<String> = LazyLock::new(|| {
+    Plan::encode(&RetryPolicy::default(), []).expect("an empty plan of plain fields always encodes")
+});
+
 pub(crate) async fn accept(
     store: &dyn Store,
     registry: &Registry,
@@ -62,7 +68,6 @@ pub(crate) async fn accept(
         let handler = registry.find(&event.source, &event.kind);
         let payload_json = serde_json::to_string(&event.payload)
             .map_err(|e| StoreError::Corrupt(format!("payload: {e}")))?;
-        let empty_plan;
         let ordering = handler
             .and_then(|h| h.ordering.as_ref())
             .map(|ordering| ordering.keys(&event.source, &event.payload))
@@ -73,11 +78,7 @@ pub(crate) async fn accept(
                 handler.step_count,
                 EventState::Pending,
             ),
-            None => {
-                empty_plan = Plan::encode(&RetryPolicy::default(), [])
-                    .map_err(|e| StoreError::Corrupt(format!("plan: {e}")))?;
-                (empty_plan.as_str(), 0, EventState::Ignored)
-            }
+            None => (IGNORED_PLAN.as_str(), 0, EventState::Ignored),
         };
         let insert = EventInsert {
             source: &event.source,

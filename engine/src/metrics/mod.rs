@@ -116,26 +116,15 @@ impl Metrics {
         self.count("tickmark_lease_takeovers_total", Vec::new());
     }
 
-    /// A worker learnt it had lost a lease.
-    pub fn lease_lost(&self) {
-        self.count("tickmark_leases_lost_total", Vec::new());
-    }
-
-    /// The value of a counter (for tests and tools); 0 if never incremented.
-    pub fn counter(&self, name: &str, labels: &[(&str, &str)]) -> u64 {
-        self.with(|inner| {
-            inner
-                .counters
-                .iter()
-                .filter(|((n, l), _)| {
-                    *n == name
-                        && l.len() == labels.len()
-                        && l.iter()
-                            .zip(labels)
-                            .all(|((k, v), (k2, v2))| k == k2 && v == v2)
-                })
-                .map(|(_, value)| *value)
-                .sum()
-        })
+    /// A worker learnt it had lost `count` leases.
+    pub fn leases_lost(&self, count: usize) {
+        if count > 0 {
+            self.with(|inner| {
+                *inner
+                    .counters
+                    .entry(("tickmark_leases_lost_total", Vec::new()))
+                    .or_default() += count as u64;
+            });
+        }
     }
 }
