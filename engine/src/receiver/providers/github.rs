@@ -18,8 +18,7 @@ use http::HeaderName;
 
 use super::body::{decode_form, is_form, media_type, parse_json};
 use super::signature::{
-    any_match, hmac_sha256, id_from_header, kind_from_header, plain_secrets, signature_header,
-    Secret,
+    id_from_header, kind_from_header, plain_secrets, signature_header, verify_hmac_sha256, Secret,
 };
 use super::{ConfigError, Delivery, Provider, Rejection, Verdict, VerifiedEvent};
 
@@ -81,14 +80,7 @@ impl Provider for GitHub {
 
     fn verify(&self, delivery: &Delivery<'_>) -> Result<Verdict, Rejection> {
         let presented = parse_signature(signature_header(delivery.headers, &SIGNATURE_HEADER)?)?;
-        let expected: Vec<Vec<u8>> = self
-            .secrets
-            .iter()
-            .filter_map(|s| hmac_sha256(s.bytes(), &[delivery.body]))
-            .collect();
-        if !any_match(&expected, &[presented]) {
-            return Err(Rejection::BadSignature);
-        }
+        verify_hmac_sha256(&self.secrets, &[delivery.body], &[presented])?;
 
         let id = id_from_header(delivery.headers, &DELIVERY_HEADER)?;
         let kind = kind_from_header(delivery.headers, &EVENT_HEADER)?;

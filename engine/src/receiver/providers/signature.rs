@@ -106,6 +106,25 @@ pub(crate) fn any_match(expected: &[Vec<u8>], presented: &[Vec<u8>]) -> bool {
     found.into()
 }
 
+/// Accept when one of `presented` is the HMAC-SHA256 of `parts` under any of
+/// `secrets` (rotation): every pair is compared in constant time, with no
+/// early exit. Otherwise `BadSignature`.
+pub(crate) fn verify_hmac_sha256(
+    secrets: &[Secret],
+    parts: &[&[u8]],
+    presented: &[Vec<u8>],
+) -> Result<(), Rejection> {
+    let expected: Vec<Vec<u8>> = secrets
+        .iter()
+        .filter_map(|secret| hmac_sha256(secret.bytes(), parts))
+        .collect();
+    if any_match(&expected, presented) {
+        Ok(())
+    } else {
+        Err(Rejection::BadSignature)
+    }
+}
+
 /// The single value of `name`, `None` when absent; a header present more
 /// than once is refused rather than picking one.
 pub(crate) fn one_header<'h>(

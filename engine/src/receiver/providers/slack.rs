@@ -31,8 +31,8 @@ use serde_json::{json, Value};
 
 use super::body::{decode_form, form_to_json, is_form, media_type, parse_json, parse_json_object};
 use super::signature::{
-    any_match, check_tolerance, hmac_sha256, id_from_json, kind_from_json, plain_secrets,
-    signature_header, timestamp_header, validate_kind, Secret,
+    check_tolerance, id_from_json, kind_from_json, plain_secrets, signature_header,
+    timestamp_header, validate_kind, verify_hmac_sha256, Secret,
 };
 use super::{
     ConfigError, Delivery, Provider, Rejection, Verdict, VerifiedEvent, DEFAULT_TOLERANCE,
@@ -179,25 +179,17 @@ impl Provider for Slack {
     fn verify(&self, delivery: &Delivery<'_>) -> Result<Verdict, Rejection> {
         let presented = parse_signature(signature_header(delivery.headers, &SIGNATURE_HEADER)?)?;
         let (timestamp_text, timestamp) = timestamp_header(delivery.headers, &TIMESTAMP_HEADER)?;
-        let expected: Vec<Vec<u8>> = self
-            .secrets
-            .iter()
-            .filter_map(|s| {
-                hmac_sha256(
-                    s.bytes(),
-                    &[
-                        VERSION.as_bytes(),
-                        b":",
-                        timestamp_text.as_bytes(),
-                        b":",
-                        delivery.body,
-                    ],
-                )
-            })
-            .collect();
-        if !any_match(&expected, &[presented]) {
-            return Err(Rejection::BadSignature);
-        }
+        verify_hmac_sha256(
+            &self.secrets,
+            &[
+                VERSION.as_bytes(),
+                b":",
+                timestamp_text.as_bytes(),
+                b":",
+                delivery.body,
+            ],
+            &[presented],
+        )?;
         check_tolerance(timestamp, delivery.now, self.tolerance)?;
 
         if is_form(media_type(delivery.headers)?.as_deref()) {

@@ -28,8 +28,8 @@ use serde_json::Value;
 
 use super::body::parse_json_object;
 use super::signature::{
-    any_match, check_tolerance, hmac_sha256, kind_from_json, one_header, signature_header,
-    timestamp_header, validate_id, Secret,
+    check_tolerance, kind_from_json, one_header, signature_header, timestamp_header, validate_id,
+    verify_hmac_sha256, Secret,
 };
 use super::{
     ConfigError, Delivery, Provider, Rejection, Verdict, VerifiedEvent, DEFAULT_TOLERANCE,
@@ -178,25 +178,17 @@ impl Provider for StandardWebhooks {
             &names.signature,
         )?;
 
-        let expected: Vec<Vec<u8>> = self
-            .secrets
-            .iter()
-            .filter_map(|s| {
-                hmac_sha256(
-                    s.bytes(),
-                    &[
-                        id_text.as_bytes(),
-                        b".",
-                        timestamp_text.as_bytes(),
-                        b".",
-                        delivery.body,
-                    ],
-                )
-            })
-            .collect();
-        if !any_match(&expected, &presented) {
-            return Err(Rejection::BadSignature);
-        }
+        verify_hmac_sha256(
+            &self.secrets,
+            &[
+                id_text.as_bytes(),
+                b".",
+                timestamp_text.as_bytes(),
+                b".",
+                delivery.body,
+            ],
+            &presented,
+        )?;
         check_tolerance(timestamp, delivery.now, self.tolerance)?;
 
         let id = validate_id(id_text)?;

@@ -18,8 +18,8 @@ use serde_json::Value;
 
 use super::body::parse_json_object;
 use super::signature::{
-    any_match, check_tolerance, hmac_sha256, id_from_json, kind_from_json, parse_unix_seconds,
-    plain_secrets, signature_header, Secret,
+    check_tolerance, id_from_json, kind_from_json, parse_unix_seconds, plain_secrets,
+    signature_header, verify_hmac_sha256, Secret,
 };
 use super::{
     ConfigError, Delivery, Provider, Rejection, Verdict, VerifiedEvent, DEFAULT_TOLERANCE,
@@ -140,19 +140,11 @@ impl Provider for Stripe {
     fn verify(&self, delivery: &Delivery<'_>) -> Result<Verdict, Rejection> {
         let header = signature_header(delivery.headers, &SIGNATURE_HEADER)?;
         let parsed = parse_header(header)?;
-        let expected: Vec<Vec<u8>> = self
-            .secrets
-            .iter()
-            .filter_map(|s| {
-                hmac_sha256(
-                    s.bytes(),
-                    &[parsed.timestamp_text.as_bytes(), b".", delivery.body],
-                )
-            })
-            .collect();
-        if !any_match(&expected, &parsed.v1) {
-            return Err(Rejection::BadSignature);
-        }
+        verify_hmac_sha256(
+            &self.secrets,
+            &[parsed.timestamp_text.as_bytes(), b".", delivery.body],
+            &parsed.v1,
+        )?;
         check_tolerance(parsed.timestamp, delivery.now, self.tolerance)?;
 
         let object = parse_json_object(delivery.body)?;
