@@ -115,6 +115,16 @@ impl Worker {
             if shutdown.is_cancelled() {
                 break;
             }
+            if heartbeat.is_finished() {
+                // Only a panic ends the heartbeat early. Without it every
+                // lease runs out under its running step: stop now, and let
+                // the panic surface once the tasks are cancelled.
+                tracing::error!(
+                    "the heartbeat stopped: cancelling running steps and stopping the worker"
+                );
+                shared.hard_stop.cancel();
+                break;
+            }
             if wakeups.is_none() {
                 wakeups = subscribe(shared.store.as_ref()).await;
             }
@@ -241,7 +251,13 @@ impl Worker {
             drain(&mut tasks).await;
         }
         heartbeat_stop.cancel();
-        let _ = heartbeat.await;
+        if let Err(join) = heartbeat.await {
+            // Never swallowed: a worker whose leases were not being renewed
+            // must not look as if it had stopped cleanly.
+            if join.is_panic() {
+                std::panic::resume_unwind(join.into_panic());
+            }
+        }
         tracing::info!(worker = %config.name, "worker stopped");
         Ok(())
     }
