@@ -5,7 +5,8 @@
 //! PostgreSQL tests read `DATABASE_URL` (default
 //! `postgres://postgres@127.0.0.1:5432/test`). They fail when it is
 //! unreachable; `TICKMARK_SKIP_POSTGRES=1` skips them instead, except when
-//! `CI=true`.
+//! `CI=true`. Every skip is recorded ([`skip::record`]) so that `scripts/test`
+//! reports it.
 
 pub mod chaos;
 pub mod conformance;
@@ -13,6 +14,7 @@ pub mod db;
 pub mod http_client;
 pub mod pg_cluster;
 pub mod probe;
+pub mod skip;
 pub mod test_steps;
 pub mod wait;
 
