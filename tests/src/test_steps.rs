@@ -79,22 +79,84 @@ impl Step for Credit {
     async fn run(&self, ctx: &mut StepContext<'_>) -> StepResult {
         // No probe record here: on SQLite this step holds the write lock, so
         // its runs are counted by its ledger rows, which commit with its mark.
-        let event_id = ctx.event().id.clone();
-        let tx = ctx.transaction()?;
-        if let Some(conn) = tx.postgres() {
-            sqlx::query("INSERT INTO test_ledger (event_id, amount) VALUES ($1, $2)")
-                .bind(&event_id)
-                .bind(self.amount)
-                .execute(conn)
-                .await?;
-        } else if let Some(conn) = tx.sqlite() {
-            sqlx::query("INSERT INTO test_ledger (event_id, amount) VALUES (?1, ?2)")
-                .bind(&event_id)
-                .bind(self.amount)
-                .execute(conn)
-                .await?;
-        }
+        credit(ctx, self.amount).await?;
         Ok(serde_json::json!({ "credited": self.amount }))
+    }
+}
+
+/// Add a ledger row for the event in the engine's transaction; the event's
+/// ledger rows as that transaction sees them (its own write included).
+async fn credit(ctx: &mut StepContext<'_>, amount: i64) -> Result<i64, StepError> {
+    let event_id = ctx.event().id.clone();
+    let tx = ctx.transaction()?;
+    let count = "SELECT count(*) FROM test_ledger WHERE event_id = ";
+    let seen = if let Some(conn) = tx.postgres() {
+        sqlx::query("INSERT INTO test_ledger (event_id, amount) VALUES ($1, $2)")
+            .bind(&event_id)
+            .bind(amount)
+            .execute(&mut *conn)
+            .await?;
+        sqlx::query_scalar(&format!("{count}$1"))
+            .bind(&event_id)
+            .fetch_one(conn)
+            .await?
+    } else if let Some(conn) = tx.sqlite() {
+        sqlx::query("INSERT INTO test_ledger (event_id, amount) VALUES (?1, ?2)")
+            .bind(&event_id)
+            .bind(amount)
+            .execute(&mut *conn)
+            .await?;
+        sqlx::query_scalar(&format!("{count}?1"))
+            .bind(&event_id)
+            .fetch_one(conn)
+            .await?
+    } else {
+        return Err(StepError::terminal("a transaction on an unknown backend"));
+    };
+    Ok(seen)
+}
+
+/// Write `line` to stdout at once (one write, flushed).
+fn announce(line: &str) -> std::io::Result<()> {
+    use std::io::Write;
+    let mut stdout = std::io::stdout().lock();
+    stdout.write_all(line.as_bytes())?;
+    stdout.flush()
+}
+
+/// The line [`CreditThenAwaitKill`] prints once it has written: the marker,
+/// then the event id and how many ledger rows its transaction sees.
+pub const WRITTEN_AWAITING_KILL: &str = "tickmark-test-step: written, awaiting SIGKILL";
+
+/// A transactional step for the crash test of guarantee 6: on its first
+/// attempt it writes its ledger row in the engine's transaction, prints
+/// [`WRITTEN_AWAITING_KILL`] on stdout, and waits (until its lease is lost),
+/// so the test can SIGKILL the worker process between the write and the
+/// commit. Later attempts credit and finish like [`Credit`].
+#[derive(Debug, Serialize, Deserialize)]
+pub struct CreditThenAwaitKill {
+    /// The amount credited.
+    pub amount: i64,
+}
+
+#[typetag::serde(name = "test_credit_then_await_kill")]
+#[async_trait::async_trait]
+impl Step for CreditThenAwaitKill {
+    fn transactional(&self) -> bool {
+        true
+    }
+
+    async fn run(&self, ctx: &mut StepContext<'_>) -> StepResult {
+        let seen = credit(ctx, self.amount).await?;
+        if ctx.attempt() == 1 {
+            // The test reads this line from the worker's stdout, then kills it.
+            let line = format!("{WRITTEN_AWAITING_KILL} {} {seen}\n", ctx.event().id);
+            announce(&line)
+                .map_err(|e| StepError::retryable(format!("announce the write: {e}")))?;
+            ctx.cancellation().cancelled().await;
+            return Err(StepError::retryable("cancelled before the kill came"));
+        }
+        Ok(serde_json::json!({ "credited": self.amount, "rows_seen": seen }))
     }
 }
 
