@@ -12,6 +12,7 @@ pub mod chaos;
 pub mod conformance;
 pub mod db;
 pub mod http_client;
+pub mod meeting;
 pub mod pg_cluster;
 pub mod probe;
 pub mod skip;

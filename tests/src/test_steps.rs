@@ -7,6 +7,7 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 use tickmark::{Step, StepContext, StepError, StepResult};
 
+use crate::meeting::Meeting;
 use crate::probe::Probe;
 
 async fn record(ctx: &StepContext<'_>) -> Result<(), StepError> {
@@ -15,6 +16,33 @@ async fn record(ctx: &StepContext<'_>) -> Result<(), StepError> {
         .record_run(&ctx.event().id, ctx.step_name(), ctx.attempt())
         .await?;
     Ok(())
+}
+
+/// Wait until `processes` distinct processes have recorded step runs: a
+/// rendezvous that makes work-sharing between processes certain instead of
+/// likely. Checks every 20 ms; a terminal failure after a minute.
+async fn await_processes(ctx: &StepContext<'_>, processes: u32) -> Result<(), StepError> {
+    let probe = ctx.resource::<Probe>()?;
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+    loop {
+        let seen = probe
+            .scalar("SELECT count(DISTINCT pid) FROM test_step_runs")
+            .await;
+        if seen >= i64::from(processes) {
+            return Ok(());
+        }
+        if tokio::time::Instant::now() >= deadline {
+            return Err(StepError::terminal(format!(
+                "only {seen} of {processes} worker processes ran a step within a minute"
+            )));
+        }
+        tokio::select! {
+            _ = tokio::time::sleep(Duration::from_millis(20)) => {}
+            _ = ctx.cancellation().cancelled() => {
+                return Err(StepError::retryable("cancelled"));
+            }
+        }
+    }
 }
 
 /// Records its run, optionally pauses (cancellably), and outputs what it saw.
@@ -26,6 +54,14 @@ pub struct Record {
     /// Pause this long on the first attempt only (a step that a crash interrupts).
     #[serde(default)]
     pub first_attempt_pause_ms: u64,
+    /// After recording, wait at the [`Meeting`] resource (if it expects this
+    /// event) until the other expected events' steps arrive.
+    #[serde(default)]
+    pub meet: bool,
+    /// After recording, wait until this many distinct processes have recorded
+    /// runs in the probe (a rendezvous of worker processes), at most a minute.
+    #[serde(default)]
+    pub until_processes: u32,
 }
 
 #[typetag::serde(name = "test_record")]
@@ -33,6 +69,12 @@ pub struct Record {
 impl Step for Record {
     async fn run(&self, ctx: &mut StepContext<'_>) -> StepResult {
         record(ctx).await?;
+        if self.meet {
+            ctx.resource::<Meeting>()?.attend(&ctx.event().id).await?;
+        }
+        if self.until_processes > 0 {
+            await_processes(ctx, self.until_processes).await?;
+        }
         let pause = self.pause_ms
             + if ctx.attempt() == 1 {
                 self.first_attempt_pause_ms

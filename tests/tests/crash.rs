@@ -264,6 +264,15 @@ async fn postgres_a_worker_killed_in_the_middle_of_step_two() {
 
 /// 50 events × 3 steps shared by several worker processes: every event done,
 /// every step marked done exactly once, every effect once, work shared.
+///
+/// Neither claim depends on how this two-core machine schedules the
+/// processes. Nothing is killed here, so a takeover (and with it a second
+/// attempt) could only come from a worker starved past its lease: the lease
+/// is 30 s, not the 2 s of the crash tests, so that would take a 20 s stall.
+/// And every "second" step waits until at least two processes have run a
+/// step: a rendezvous that the first process to start cannot pass alone, so
+/// the work is shared by construction, and it ends only if another process
+/// can claim events while the first holds its leases.
 async fn many_processes_share_the_work(backend: Backend, processes: usize) {
     let Some(db) = TestDb::new(backend).await else {
         return;
@@ -277,6 +286,7 @@ async fn many_processes_share_the_work(backend: Backend, processes: usize) {
                 "second",
                 Record {
                     pause_ms: 20,
+                    until_processes: 2,
                     ..Record::default()
                 },
             )
@@ -295,7 +305,13 @@ async fn many_processes_share_the_work(backend: Backend, processes: usize) {
             .unwrap();
     }
     let children: Vec<Child> = (0..processes)
-        .map(|n| worker_process(&db, &format!("worker-{n}"), &["--until-idle"]))
+        .map(|n| {
+            worker_process(
+                &db,
+                &format!("worker-{n}"),
+                &["--until-idle", "--lease-ms", "30000"],
+            )
+        })
         .collect();
     for child in children {
         let output = tokio::time::timeout(Duration::from_secs(120), child.wait_with_output())
@@ -313,6 +329,11 @@ async fn many_processes_share_the_work(backend: Backend, processes: usize) {
     assert_eq!(
         scalar("SELECT count(*) FROM tickmark_steps WHERE state = 'done'").await,
         150
+    );
+    assert_eq!(
+        scalar("SELECT CAST(coalesce(sum(takeovers), 0) AS BIGINT) FROM tickmark_events").await,
+        0,
+        "no event was taken over"
     );
     assert_eq!(
         scalar("SELECT count(*) FROM tickmark_steps WHERE state = 'done' AND attempts = 1").await,

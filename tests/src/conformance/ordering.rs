@@ -8,6 +8,7 @@ use serde_json::json;
 use tickmark::{Accepted, Engine, EventState, Handler, Handlers, NewEvent, StepState};
 
 use super::{engine, quick_worker};
+use crate::meeting::Meeting;
 use crate::test_steps::Record;
 use crate::TestDb;
 
@@ -117,7 +118,11 @@ pub async fn stale_events_are_recorded_and_never_applied(db: TestDb) {
 }
 
 /// Events of one resource run one at a time, in acceptance order; other
-/// resources run alongside.
+/// resources run alongside. "Alongside" is proven by a rendezvous, not by
+/// timings: the first events of the two resources each wait inside their
+/// first step until the other has arrived, so both pass only if they were
+/// running at the same time (with a wrongly global serialisation, the first
+/// would wait for the second in vain).
 pub async fn one_resource_runs_one_event_at_a_time_in_acceptance_order(db: TestDb) {
     let handlers = Handlers::new().on(
         "shop",
@@ -127,13 +132,15 @@ pub async fn one_resource_runs_one_event_at_a_time_in_acceptance_order(db: TestD
                 "first",
                 Record {
                     pause_ms: 80,
+                    meet: true,
                     ..Record::default()
                 },
             )
             .named_step("second", Record::default())
             .one_at_a_time_per("/customer"),
     );
-    let engine = engine(&db, handlers);
+    let meeting = Meeting::of(&["evt_cus_a_0", "evt_cus_b_0"], Duration::from_secs(30));
+    let engine = engine(&db, handlers).with_resource(meeting.clone());
     let mut events = Vec::new();
     for n in 0..4 {
         for customer in ["cus_a", "cus_b"] {
@@ -151,6 +158,10 @@ pub async fn one_resource_runs_one_event_at_a_time_in_acceptance_order(db: TestD
         .run_until_idle()
         .await
         .unwrap();
+    assert!(
+        meeting.everyone_met(),
+        "two resources ran side by side: the first event of each was inside its step at once"
+    );
 
     for customer in ["cus_a", "cus_b"] {
         let mut previous_end: Option<DateTime<Utc>> = None;
