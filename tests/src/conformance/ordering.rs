@@ -5,6 +5,7 @@ use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 use serde_json::json;
+use tickmark::store::{ClaimParams, SequenceCheck};
 use tickmark::{Accepted, Engine, EventState, Handler, Handlers, NewEvent, StepState};
 
 use super::{engine, quick_worker};
@@ -115,6 +116,80 @@ pub async fn stale_events_are_recorded_and_never_applied(db: TestDb) {
     );
     let steps = db.store.step_status(v1).await.unwrap();
     assert_eq!(steps[0].state, StepState::Stale);
+}
+
+/// Guarantee 7 at the store, where staleness is decided: before an ordered
+/// event's first step, its sequence is compared with the last one applied
+/// for its resource. Newer applies (and becomes the last applied); older or
+/// equal (from another event) is stale and the event is recorded `stale`;
+/// the same event checked again (its worker crashed before step 1 was
+/// marked) applies again; resources do not affect each other.
+pub async fn the_sequence_check_decides_staleness_per_resource(db: TestDb) {
+    let handlers = Handlers::new().on(
+        "shop",
+        "customer.updated",
+        Handler::new().named_step("apply", Record::default()),
+    );
+    let engine = engine(&db, handlers);
+    let mut seqs = Vec::new();
+    for n in 0..7 {
+        seqs.push(accept(&engine, &format!("evt_seq_{n}"), json!({})).await);
+    }
+    let claimed = db
+        .store
+        .event_claim_many(&ClaimParams::new("checker", 10, Duration::from_secs(60)))
+        .await
+        .unwrap();
+    let lease = |n: usize| {
+        claimed
+            .iter()
+            .find(|c| c.lease.event_seq == seqs[n])
+            .map(|c| c.lease)
+            .expect("claimed")
+    };
+    let (cus_1, cus_2) = ("shop:cus_1", "shop:cus_2");
+    let checks = [
+        (0, cus_1, 5, SequenceCheck::Apply),
+        (1, cus_1, 3, SequenceCheck::Stale { last_seq: 5 }),
+        (2, cus_1, 5, SequenceCheck::Stale { last_seq: 5 }),
+        (0, cus_1, 5, SequenceCheck::Apply),
+        (3, cus_1, 6, SequenceCheck::Apply),
+        (4, cus_2, 1, SequenceCheck::Apply),
+        (5, cus_1, 5, SequenceCheck::Stale { last_seq: 6 }),
+        (6, cus_2, i64::MIN, SequenceCheck::Stale { last_seq: 1 }),
+    ];
+    for (n, resource, sequence, expected) in checks {
+        let checked = db
+            .store
+            .event_sequence_check(&lease(n), resource, sequence)
+            .await
+            .unwrap();
+        assert_eq!(
+            checked, expected,
+            "event {n}, {resource} sequence {sequence}"
+        );
+    }
+    for (n, state) in [
+        (0, EventState::Running),
+        (1, EventState::Stale),
+        (2, EventState::Stale),
+        (3, EventState::Running),
+        (4, EventState::Running),
+        (5, EventState::Stale),
+        (6, EventState::Stale),
+    ] {
+        let record = db.store.event_get(seqs[n]).await.unwrap().unwrap();
+        assert_eq!(record.state, state, "event {n}");
+    }
+    let stale = db.store.event_get(seqs[1]).await.unwrap().unwrap();
+    assert!(
+        stale
+            .last_error
+            .as_deref()
+            .is_some_and(|e| e.contains("not newer than 5")),
+        "{:?}",
+        stale.last_error
+    );
 }
 
 /// Events of one resource run one at a time, in acceptance order; other
