@@ -86,6 +86,7 @@ macro_rules! conformance_suite {
             long_handlers::a_delayed_event_runs_once_its_time_has_come,
             long_handlers::a_cancelled_event_stops_its_running_step_within_a_heartbeat,
             ordering::stale_events_are_recorded_and_never_applied,
+            ordering::the_sequence_check_decides_staleness_per_resource,
             ordering::one_resource_runs_one_event_at_a_time_in_acceptance_order,
             ordering::a_source_limit_caps_concurrent_events,
             ordering::an_operator_retry_applies_a_stale_event,
