@@ -8,7 +8,8 @@ use std::time::Duration;
 use chrono::Utc;
 use serde::{Deserialize, Serialize};
 use serde_json::json;
-use tickmark::store::admin::{Actor, AdminError, EventFilter, RetryRequest};
+use tickmark::operator::{Actor, AdminError, Operations, RetryRequest};
+use tickmark::store::admin::EventFilter;
 use tickmark::store::{ClaimParams, ClaimedEvent, EventRecord, MarkDone};
 use tickmark::{
     Backend, EventState, Handler, Handlers, NewEvent, RetryPolicy, Step, StepContext, StepError,
