@@ -80,6 +80,7 @@
 //! | [`retry`] | the durable retry schedule |
 //! | [`store`] | one `Store` trait; `postgres` and `sqlite` modules |
 //! | [`receiver`] | the axum webhook receiver; one verifier per provider in `receiver::providers` |
+//! | [`operator`] | the operator's actions (retry, cancel, skip, mark done by hand) and the rules they follow |
 //! | [`cli`] | `tickmark`, the operator's command line: status, events, retry, skip, prune |
 //! | [`metrics`] | counters and queue gauges in the Prometheus text format |
 //! | [`dashboard`] | the operators' web page: overview, event list, step-status table, retry button |
@@ -101,6 +102,7 @@ pub mod handler;
 mod idempotency;
 pub mod inbox;
 pub mod metrics;
+pub mod operator;
 pub mod ops;
 pub mod ordering;
 pub mod plan;

@@ -14,7 +14,8 @@ use super::lookup::resolve;
 use super::table::{truncate, Table};
 use super::{default_actor, Failure, Output};
 use crate::event::EventState;
-use crate::store::admin::{Actor, AuditEntry, EventFilter, RetryRequest};
+use crate::operator::{Actor, Operations, RetryRequest};
+use crate::store::admin::{AuditEntry, EventFilter};
 use crate::store::{EventRecord, StepStatus, Store};
 
 const ID_HELP: &str = "The event: its row number (42) or its dedup key (evt_1NG8…, sha256:…)";

@@ -41,7 +41,7 @@ use std::time::Duration;
 use clap::{Parser, Subcommand};
 use serde::Serialize;
 
-use crate::store::admin::AdminError;
+use crate::operator::AdminError;
 use crate::store::postgres::{PostgresOptions, PostgresStore};
 use crate::store::{Store, StoreError};
 

@@ -19,7 +19,7 @@ use super::html::Page;
 use super::links::Base;
 use super::pages::event::{no_such_event, render, Notice};
 use super::{store_failure, Shared};
-use crate::store::admin::{Actor, AdminError, RetryRequest};
+use crate::operator::{Actor, AdminError, Operations, RetryRequest};
 
 /// The retry form's fields.
 #[derive(Debug, Default, PartialEq)]

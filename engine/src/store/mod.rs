@@ -6,7 +6,7 @@
 //! The shared conformance suite in `tests/` runs against both backends.
 
 pub mod admin;
-mod decode;
+pub(crate) mod decode;
 mod error;
 pub(crate) mod group_commit;
 pub mod portable_query;

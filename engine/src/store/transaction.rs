@@ -76,8 +76,7 @@ impl StepTransaction {
         PortableQuery::new(self, sql)
     }
 
-    /// Commit a transaction opened with
-    /// [`Engine::transaction`](crate::Engine::transaction). (A transactional
+    /// Commit a transaction opened with `Engine::transaction`. (A transactional
     /// step never commits its own: the engine commits it with the mark.)
     pub async fn commit(self) -> Result<(), StoreError> {
         match self.inner {

@@ -5,6 +5,7 @@ use std::time::Duration;
 
 use chrono::Utc;
 use serde_json::json;
+use tickmark::operator::Operations;
 use tickmark::{EventState, Handler, Handlers, NewEvent, RetryPolicy, StepOptions, StepState};
 use tokio_util::sync::CancellationToken;
 
@@ -233,7 +234,7 @@ pub async fn a_cancelled_event_stops_its_running_step_within_a_heartbeat(db: Tes
         db.probe.runs("evt_cancel", "wait").await == 1
     })
     .await;
-    let actor = tickmark::store::admin::Actor {
+    let actor = tickmark::operator::Actor {
         who: "test",
         reason: Some("customer asked"),
     };

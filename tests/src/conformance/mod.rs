@@ -94,6 +94,7 @@ macro_rules! conformance_suite {
             admin::retry_resumes_a_dead_event_at_its_failed_step_and_wakes_a_worker,
             admin::the_audit_trail_records_every_manual_action,
             admin::actions_are_refused_in_states_that_do_not_allow_them,
+            admin::the_store_enforces_a_transition_the_rules_would_refuse,
             admin::cancelling_a_running_event_fences_its_worker,
             admin::a_worker_running_a_cancelled_event_stops_and_marks_nothing,
             admin::skipping_or_marking_done_the_last_step_finishes_the_event,

@@ -5,6 +5,7 @@ use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 use serde_json::json;
+use tickmark::operator::Operations;
 use tickmark::store::{ClaimParams, SequenceCheck};
 use tickmark::{Accepted, Engine, EventState, Handler, Handlers, NewEvent, StepState};
 
@@ -355,11 +356,11 @@ pub async fn an_operator_retry_applies_a_stale_event(db: TestDb) {
         EventState::Stale
     );
 
-    let actor = tickmark::store::admin::Actor {
+    let actor = tickmark::operator::Actor {
         who: "ops",
         reason: Some("replay by hand"),
     };
-    let retry = tickmark::store::admin::RetryRequest {
+    let retry = tickmark::operator::RetryRequest {
         event_seq: old,
         from_step: None,
         force: false,
