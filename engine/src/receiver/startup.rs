@@ -86,3 +86,64 @@ pub(crate) fn warnings(
     }
     warnings
 }
+
+#[cfg(test)]
+mod tests {
+    use super::super::providers::{GitHub, Stripe, Twilio};
+    use super::*;
+
+    fn sources(list: Vec<(&str, Arc<dyn Provider>)>) -> BTreeMap<String, Arc<dyn Provider>> {
+        list.into_iter()
+            .map(|(name, provider)| (name.to_owned(), provider))
+            .collect()
+    }
+
+    #[test]
+    fn short_secrets_and_twilio_without_a_public_url_are_warned_about() {
+        let sources = sources(vec![
+            (
+                "sms",
+                Arc::new(Twilio::new(["tok-12345", "a-long-enough-token-0123"]).unwrap()),
+            ),
+            (
+                "gh",
+                Arc::new(GitHub::new(["a-long-enough-secret-0123"]).unwrap()),
+            ),
+            ("pay", Arc::new(Stripe::new(["whsec_test"]).unwrap())),
+        ]);
+        assert_eq!(
+            warnings(&sources, false),
+            [
+                StartupWarning::ShortSecret {
+                    source: "pay".into(),
+                    bytes: 10
+                },
+                StartupWarning::ShortSecret {
+                    source: "sms".into(),
+                    bytes: 9
+                },
+                StartupWarning::NoPublicUrl {
+                    source: "sms".into()
+                },
+            ]
+        );
+        // With a public URL, only the short secrets remain.
+        assert_eq!(warnings(&sources, true).len(), 2);
+        // The words name the source, never the secret.
+        for warning in warnings(&sources, false) {
+            let text = warning.to_string();
+            assert!(text.contains(warning.source_name()), "{text}");
+            assert!(
+                !text.contains("tok-12345") && !text.contains("whsec_test"),
+                "{text}"
+            );
+        }
+    }
+
+    #[test]
+    fn long_secrets_draw_no_warning() {
+        let secret = "s".repeat(MIN_SECRET_BYTES);
+        let sources = sources(vec![("gh", Arc::new(GitHub::new([secret]).unwrap()))]);
+        assert!(warnings(&sources, false).is_empty());
+    }
+}
