@@ -281,15 +281,27 @@ async fn hostile_connections_are_closed_while_deliveries_get_through() {
     let addr = app.addr;
     let started = Instant::now();
 
+    // Connections are opened in waves of 100: a burst of a thousand SYNs at
+    // once overflows the kernel's accept queue (1,024 by default), and a
+    // connection dropped there was never the server's to close — the client
+    // would wait on it for ever. That is the kernel's business (SYN cookies),
+    // not this test's.
     let mut attack = tokio::task::JoinSet::new();
-    for _ in 0..silent_n {
-        attack.spawn(async move { ("silent", silent(addr).await) });
-    }
-    for _ in 0..slow_header_n {
-        attack.spawn(async move { ("slow header", slow_header(addr).await) });
-    }
-    for _ in 0..slow_body_n {
-        attack.spawn(async move { ("slow body", slow_body(addr).await) });
+    let kinds = std::iter::repeat_n("silent", silent_n)
+        .chain(std::iter::repeat_n("slow header", slow_header_n))
+        .chain(std::iter::repeat_n("slow body", slow_body_n));
+    for (i, kind) in kinds.enumerate() {
+        if i % 100 == 99 {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        attack.spawn(async move {
+            match kind {
+                "silent" => silent(addr).await,
+                "slow header" => slow_header(addr).await,
+                _ => slow_body(addr).await,
+            }
+            kind
+        });
     }
 
     // Meanwhile, providers: every delivery answered 200 and recorded.
@@ -305,22 +317,21 @@ async fn hostile_connections_are_closed_while_deliveries_get_through() {
     }
 
     // Every hostile connection is closed by the server.
-    let closed = tokio::time::timeout(CLOSE_WITHIN, async {
-        let mut closed = 0;
+    let mut closed = std::collections::BTreeMap::<&str, usize>::new();
+    let all_closed = tokio::time::timeout(CLOSE_WITHIN, async {
         while let Some(done) = attack.join_next().await {
-            done.expect("attacker task");
-            closed += 1;
+            *closed.entry(done.expect("attacker task")).or_default() += 1;
         }
-        closed
     })
-    .await
-    .unwrap_or_else(|_| {
-        panic!(
-            "the server left hostile connections open after {CLOSE_WITHIN:?}; log:\n{}",
-            std::fs::read_to_string(&app.log).unwrap_or_default()
-        )
-    });
-    assert_eq!(closed, total);
+    .await;
+    assert!(
+        all_closed.is_ok(),
+        "the server left {} of {total} hostile connections open after {CLOSE_WITHIN:?} \
+         (closed: {closed:?}); log:\n{}",
+        attack.len(),
+        std::fs::read_to_string(&app.log).unwrap_or_default()
+    );
+    assert_eq!(closed.values().sum::<usize>(), total);
     let all_closed_after = started.elapsed();
 
     // Still answering after the attack, and memory stayed bounded.
