@@ -41,6 +41,12 @@ pub struct NewEvent {
     pub payload: serde_json::Value,
     /// Run not before this time (`None`: at once).
     pub not_before: Option<DateTime<Utc>>,
+    /// A second dedup key, for sources whose signature does not cover the
+    /// id: derived from what it does cover (the receiver's providers set it).
+    /// The inbox refuses an event whose (source, replay key) it already has,
+    /// as it refuses one whose (source, dedup key) it has. `None`: the dedup
+    /// key alone decides.
+    pub replay_key: Option<String>,
 }
 
 impl NewEvent {
@@ -57,6 +63,7 @@ impl NewEvent {
             kind: kind.into(),
             payload,
             not_before: None,
+            replay_key: None,
         }
     }
 
@@ -74,7 +81,14 @@ impl NewEvent {
             kind: kind.into(),
             payload,
             not_before: None,
+            replay_key: None,
         }
+    }
+
+    /// Deduplicate on `key` too (see [`NewEvent::replay_key`]).
+    pub fn with_replay_key(mut self, key: impl Into<String>) -> Self {
+        self.replay_key = Some(key.into());
+        self
     }
 
     /// Delay the event: accepted now, run not before `at`.

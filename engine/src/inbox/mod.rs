@@ -1,5 +1,8 @@
-//! The inbox: accepting an event is one insert whose unique key is the dedup
-//! decision. A duplicate is a normal answer, not an error.
+//! The inbox: accepting an event is one insert whose unique keys are the
+//! dedup decision: (source, dedup key), and (source, replay key) when the
+//! event has one (a source whose signature does not cover the id). One
+//! `INSERT … ON CONFLICT DO NOTHING` covers both, so the decision is atomic
+//! on both backends. A duplicate is a normal answer, not an error.
 
 mod dedup_key;
 
@@ -83,6 +86,7 @@ pub(crate) async fn accept(
         let insert = EventInsert {
             source: &event.source,
             dedup_key: &event.dedup_key,
+            replay_key: event.replay_key.as_deref(),
             kind: &event.kind,
             payload_json: &payload_json,
             plan_json,

@@ -270,6 +270,7 @@ pub async fn an_unknown_step_type_parks_the_event(db: TestDb) {
             not_before: None,
             resource_key: None,
             resource_seq: None,
+            replay_key: None,
         })
         .await
         .unwrap();
