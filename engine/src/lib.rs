@@ -94,6 +94,7 @@ mod claim;
 #[cfg(feature = "cli")]
 pub mod cli;
 pub mod context;
+mod dedup_key;
 pub mod dashboard;
 mod engine;
 mod error;
@@ -105,6 +106,7 @@ pub mod metrics;
 pub mod operator;
 pub mod ops;
 pub mod ordering;
+pub mod outcome;
 pub mod plan;
 pub mod receiver;
 mod redact;
