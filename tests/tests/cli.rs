@@ -642,7 +642,7 @@ async fn remote_text_reaches_the_terminal_inert(db: TestDb) {
         .accept(NewEvent::with_id(
             "shop",
             "evt_kind",
-            &format!("kind{HOSTILE}"),
+            format!("kind{HOSTILE}"),
             json!({}),
         ))
         .await
