@@ -15,7 +15,7 @@ use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use maud::html;
 
-use super::auth::{challenge, clear_cookie, no_token_configured, set_cookie, unauthorized};
+use super::auth::{challenge, clear_cookie, no_token_configured, set_cookie, unauthorized, Access};
 use super::html::{Chrome, Page};
 use super::links::Base;
 use super::viewer::Viewer;
@@ -58,9 +58,9 @@ pub(crate) fn page(base: &Base, next: &str, status: StatusCode, problem: Option<
 /// `GET /login`: the form, or straight on when already signed in.
 pub(crate) async fn show(viewer: Viewer, RawQuery(raw): RawQuery) -> Response {
     let next = field(raw.as_deref().unwrap_or("").as_bytes(), "next");
-    match viewer.access.csrf() {
-        Some(_) => see_other(&safe_next(&viewer.base, &next), None),
-        None => page(&viewer.base, &next, StatusCode::OK, None).into_response(),
+    match viewer.access {
+        Access::Anonymous => page(&viewer.base, &next, StatusCode::OK, None).into_response(),
+        Access::Bearer | Access::Session { .. } => see_other(&safe_next(&viewer.base, &next), None),
     }
 }
 

@@ -71,30 +71,9 @@ pub(crate) async fn retry(
         }
     };
     let form = RetryForm::parse(&body);
-    let Some(auth) = &shared.auth else {
-        return no_token_configured(&base, "Retry is off");
-    };
-    match auth.authorize_action(&headers, &form.token, &form.csrf) {
-        Ok(()) => {}
-        Err(Refusal::NoCredentials) => {
-            tracing::warn!("dashboard: retry refused, missing or wrong token");
-            return unauthorized(&base, "The token is missing or wrong. Nothing was changed.");
-        }
-        Err(Refusal::BadCsrf) => {
-            tracing::warn!("dashboard: retry refused, the form's CSRF token is missing or wrong");
-            return Page::message(
-                &viewer(&base),
-                StatusCode::FORBIDDEN,
-                "Form check failed",
-                "This form did not come from this dashboard's page (or the page is out of date): \
-                 reload the event page and try again. Nothing was changed.",
-            )
-            .into_response();
-        }
-    }
-    let viewer = Viewer {
-        base,
-        access: auth.access(&headers).unwrap_or(Access::Anonymous),
+    let viewer = match authorize(&shared, base, &headers, &form) {
+        Ok(viewer) => viewer,
+        Err(refusal) => return *refusal,
     };
     let base = &viewer.base;
     let Ok(Path(seq)) = seq else {
@@ -135,6 +114,46 @@ pub(crate) async fn retry(
                 &unknown.to_string(),
             )
             .await
+        }
+    }
+}
+
+/// Who is acting, when the request may act: the bearer token, the form's
+/// `token`, or a session with its CSRF token. Otherwise the refusal (401,
+/// or 403 for a session without its CSRF token), before anything is read.
+fn authorize(
+    shared: &Shared,
+    base: Base,
+    headers: &HeaderMap,
+    form: &RetryForm,
+) -> Result<Viewer, Box<Response>> {
+    let Some(auth) = &shared.auth else {
+        return Err(Box::new(no_token_configured(&base, "Retry is off")));
+    };
+    match auth.authorize_action(headers, &form.token, &form.csrf) {
+        Ok(()) => Ok(Viewer {
+            base,
+            access: auth.access(headers).unwrap_or(Access::Anonymous),
+        }),
+        Err(Refusal::NoCredentials) => {
+            tracing::warn!("dashboard: retry refused, missing or wrong token");
+            Err(Box::new(unauthorized(
+                &base,
+                "The token is missing or wrong. Nothing was changed.",
+            )))
+        }
+        Err(Refusal::BadCsrf) => {
+            tracing::warn!("dashboard: retry refused, the form's CSRF token is missing or wrong");
+            Err(Box::new(
+                Page::message(
+                &viewer(&base),
+                StatusCode::FORBIDDEN,
+                "Form check failed",
+                "This form did not come from this dashboard's page (or the page is out of date): \
+                 reload the event page and try again. Nothing was changed.",
+            )
+            .into_response(),
+            ))
         }
     }
 }
