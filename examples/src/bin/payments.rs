@@ -4,7 +4,7 @@
 //! STRIPE_WEBHOOK_SECRET=whsec_test cargo run -p tickmark-examples --bin payments -- \
 //!     [--database-url URL] [--listen ADDR] [--receipt-url URL] [--render-secs N] \
 //!     [--out-dir DIR] [--public-url URL] \
-//!     [--dashboard-listen ADDR --dashboard-token TOKEN] \
+//!     [--dashboard-listen ADDR --dashboard-token TOKEN [--metrics-public]] \
 //!     [--header-read-timeout SECS] [--body-read-timeout SECS] \
 //!     [--max-connections N] [--max-in-flight N] [--body-limit BYTES]
 //! ```
@@ -111,13 +111,14 @@ struct Args {
     public_url: Option<PublicBaseUrl>,
 
     /// Serve the dashboard and `/metrics` on this address, e.g.
-    /// `127.0.0.1:9090` (off by default). Keep it private: pages show
-    /// payloads; only the retry button needs the token.
+    /// `127.0.0.1:9090` (off by default). Every page and `/metrics` need
+    /// the token: browsers sign in with a form, scripts and Prometheus send
+    /// `Authorization: Bearer <token>`.
     #[arg(long, value_name = "ADDR")]
     dashboard_listen: Option<SocketAddr>,
 
-    /// The dashboard's bearer token, needed to retry events from it.
-    /// Required with --dashboard-listen; use a long random secret.
+    /// The dashboard's token, needed for every page, every action and
+    /// `/metrics`. Required with --dashboard-listen; use a long random secret.
     #[arg(
         long,
         env = "TICKMARK_DASHBOARD_TOKEN",
@@ -150,6 +151,12 @@ struct Args {
     /// Largest delivery body accepted, in bytes; larger ones get 413.
     #[arg(long, value_name = "BYTES", default_value_t = DEFAULT_BODY_LIMIT)]
     body_limit: usize,
+
+    /// Serve `/metrics` on --dashboard-listen without the token, for a
+    /// scraper on a private network that cannot send one (the metrics show
+    /// counts and names, never payloads; the pages stay private).
+    #[arg(long, requires = "dashboard_listen")]
+    metrics_public: bool,
 }
 
 /// A number of seconds (`10`, `0.5`), positive and at most a day.
@@ -296,7 +303,7 @@ async fn run(args: Args) -> Result<(), String> {
     });
 
     let ops = ops_listener.map(|listener| {
-        let mut dashboard = Dashboard::new(engine.clone());
+        let mut dashboard = Dashboard::new(engine.clone()).metrics_public(args.metrics_public);
         if let Some(token) = &dashboard_token {
             dashboard = dashboard.token(token);
         }
