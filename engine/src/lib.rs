@@ -56,7 +56,7 @@
 //! assert_eq!(again, tickmark::Accepted::Duplicate);
 //!
 //! // A worker runs the steps (usually forever: `worker.run(shutdown_token)`).
-//! engine.worker(WorkerConfig::default()).run_until_idle().await?;
+//! engine.worker(WorkerConfig::default())?.run_until_idle().await?;
 //!
 //! // The step-status table.
 //! let event = engine.store().event_find("shop", "evt_1").await?.expect("accepted");
@@ -94,8 +94,8 @@ mod claim;
 #[cfg(feature = "cli")]
 pub mod cli;
 pub mod context;
-mod dedup_key;
 pub mod dashboard;
+mod dedup_key;
 mod engine;
 mod error;
 pub mod event;
@@ -129,7 +129,7 @@ pub use receiver::Receiver;
 pub use redact::redact_url;
 pub use resources::Resources;
 pub use retry::RetryPolicy;
-pub use runner::{Worker, WorkerConfig, WorkerStats};
+pub use runner::{Worker, WorkerConfig, WorkerConfigError, WorkerStats};
 pub use step::{FailureKind, Step, StepError, StepResult, TerminalExt};
 pub use store::{connect, Backend, StepTransaction, Store, StoreError};
 

@@ -46,9 +46,7 @@ const LAYERS: &[&[&str]] = &[
 ];
 
 fn layer_of(module: &str) -> Option<usize> {
-    LAYERS
-        .iter()
-        .position(|layer| layer.contains(&module))
+    LAYERS.iter().position(|layer| layer.contains(&module))
 }
 
 fn src() -> PathBuf {
@@ -380,7 +378,11 @@ fn files_within_a_module_import_each_other_without_circles() {
             }
         }
     }
-    assert!(circles.is_empty(), "import circles:\n{}", circles.join("\n"));
+    assert!(
+        circles.is_empty(),
+        "import circles:\n{}",
+        circles.join("\n")
+    );
 }
 
 /// The checker itself: an upward import is seen, in a `use` group and in code.

@@ -91,7 +91,7 @@ impl OutputDir {
 /// engine
 ///     .accept(NewEvent::with_id("shop", "ord/7", "order.paid", serde_json::json!({"total": 5})))
 ///     .await?;
-/// engine.worker(WorkerConfig::default()).run_until_idle().await?;
+/// engine.worker(WorkerConfig::default())?.run_until_idle().await?;
 ///
 /// let written = std::fs::read_to_string(out.join("orders").join("ord%2F7.json"))?;
 /// assert_eq!(serde_json::from_str::<serde_json::Value>(&written)?["total"], 5);

@@ -83,6 +83,7 @@ async fn seq(db: &TestDb, id: &str) -> String {
 async fn run_until_idle(db: &TestDb, handlers: Handlers) {
     engine(db, handlers)
         .worker(quick_worker("w"))
+        .expect("valid worker settings")
         .run_until_idle()
         .await
         .unwrap();
@@ -362,7 +363,9 @@ async fn cancel_stops_a_running_worker(db: TestDb) {
     );
     let engine = engine(&db, handlers);
     order_paid(&engine, "evt_stop").await;
-    let worker = engine.worker(quick_worker("busy"));
+    let worker = engine
+        .worker(quick_worker("busy"))
+        .expect("valid worker settings");
     let mut stats = worker.stats();
     let shutdown = CancellationToken::new();
     let running = tokio::spawn(worker.run(shutdown.clone()));

@@ -91,6 +91,7 @@ async fn a_worker_killed_in_the_middle_of_step_two(backend: Backend) {
 
     let stats = engine
         .worker(quick_worker("rescuer"))
+        .expect("valid worker settings")
         .run_until_idle()
         .await
         .unwrap();
@@ -192,6 +193,7 @@ async fn a_worker_killed_inside_a_transactional_step(backend: Backend) {
 
     let stats = engine
         .worker(quick_worker("rescuer"))
+        .expect("valid worker settings")
         .run_until_idle()
         .await
         .unwrap();
@@ -411,7 +413,9 @@ async fn postgres_dropped_connections_are_retried_in_process() {
             .await
             .unwrap();
     }
-    let worker = engine.worker(quick_worker("survivor"));
+    let worker = engine
+        .worker(quick_worker("survivor"))
+        .expect("valid worker settings");
     let mut stats = worker.stats();
     let running = tokio::spawn(worker.run_until_idle());
     stats.wait_for(|s| s.steps_done >= 5).await.unwrap();

@@ -98,6 +98,7 @@ async fn accept(engine: &Engine, source: &str, id: &str, kind: &str, payload: se
 async fn run_all(engine: &Engine) {
     engine
         .worker(quick_worker("dashboard-test"))
+        .expect("valid worker settings")
         .run_until_idle()
         .await
         .expect("worker");

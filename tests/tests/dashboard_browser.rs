@@ -576,6 +576,7 @@ async fn an_event_page_in_chromium_shows_its_step_table() {
         .expect("accept");
     engine
         .worker(quick_worker("browser-test"))
+        .expect("valid worker settings")
         .run_until_idle()
         .await
         .expect("worker");

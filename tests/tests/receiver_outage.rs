@@ -101,6 +101,7 @@ async fn a_stopped_database_is_503_then_the_providers_retry_is_accepted_and_runs
 
     let stats = engine
         .worker(quick_worker("outage"))
+        .expect("valid worker settings")
         .run_until_idle()
         .await
         .expect("worker");

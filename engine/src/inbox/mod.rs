@@ -14,8 +14,8 @@ pub use crate::event::Accepted;
 
 use crate::context::FollowUps;
 use crate::event::{EventState, NewEvent};
-use crate::outcome::StepError;
 use crate::handler::Registry;
+use crate::outcome::StepError;
 use crate::plan::Plan;
 use crate::retry::RetryPolicy;
 use crate::store::transient::retry_transient;

@@ -286,11 +286,10 @@ async fn run(args: Args) -> Result<(), String> {
 
     let stop_http = CancellationToken::new();
     let stop_worker = CancellationToken::new();
-    let worker = tokio::spawn(
-        engine
-            .worker(WorkerConfig::default())
-            .run(stop_worker.clone()),
-    );
+    let worker = engine
+        .worker(WorkerConfig::default())
+        .map_err(|e| format!("invalid worker settings: {e}"))?;
+    let worker = tokio::spawn(worker.run(stop_worker.clone()));
     tokio::spawn({
         let stop_http = stop_http.clone();
         async move {

@@ -141,6 +141,7 @@ fn assert_lease_lost<T: std::fmt::Debug>(result: Result<T, StoreError>, what: &s
 async fn run_until_idle(db: &TestDb, handlers: Handlers) {
     engine(db, handlers)
         .worker(quick_worker("w"))
+        .expect("valid worker settings")
         .run_until_idle()
         .await
         .unwrap();
@@ -253,7 +254,8 @@ pub async fn retry_resumes_a_dead_event_at_its_failed_step_and_wakes_a_worker(db
     let first_before = db.store.step_status(dead.event.seq).await.unwrap()[0].clone();
 
     let worker = engine(&db, broken_second())
-        .worker(quick_worker("sleeper").with_poll_every(Duration::from_secs(120)));
+        .worker(quick_worker("sleeper").with_poll_every(Duration::from_secs(120)))
+        .expect("valid worker settings");
     let mut stats = worker.stats();
     let shutdown = CancellationToken::new();
     let running = tokio::spawn(worker.run(shutdown.clone()));
@@ -677,7 +679,9 @@ pub async fn a_worker_running_a_cancelled_event_stops_and_marks_nothing(db: Test
     );
     let engine = engine(&db, handlers);
     order_paid(&engine, "evt_stop").await;
-    let worker = engine.worker(quick_worker("busy"));
+    let worker = engine
+        .worker(quick_worker("busy"))
+        .expect("valid worker settings");
     let mut stats = worker.stats();
     let shutdown = CancellationToken::new();
     let running = tokio::spawn(worker.run(shutdown.clone()));

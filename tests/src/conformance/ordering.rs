@@ -53,6 +53,7 @@ pub async fn stale_events_are_recorded_and_never_applied(db: TestDb) {
     .await;
     engine
         .worker(quick_worker("w"))
+        .expect("valid worker settings")
         .run_until_idle()
         .await
         .unwrap();
@@ -83,6 +84,7 @@ pub async fn stale_events_are_recorded_and_never_applied(db: TestDb) {
     .await;
     let stats = engine
         .worker(quick_worker("w"))
+        .expect("valid worker settings")
         .run_until_idle()
         .await
         .unwrap();
@@ -231,6 +233,7 @@ pub async fn one_resource_runs_one_event_at_a_time_in_acceptance_order(db: TestD
     }
     engine
         .worker(quick_worker("w").with_concurrency(8))
+        .expect("valid worker settings")
         .run_until_idle()
         .await
         .unwrap();
@@ -303,7 +306,12 @@ pub async fn a_source_limit_caps_concurrent_events(db: TestDb) {
         .with_concurrency(8)
         .with_source_limit("slow_partner", 1)
         .with_poll_every(Duration::from_millis(50));
-    let stats = engine.worker(config).run_until_idle().await.unwrap();
+    let stats = engine
+        .worker(config)
+        .expect("valid worker settings")
+        .run_until_idle()
+        .await
+        .unwrap();
     assert_eq!(stats.events_done, 8);
     let mut windows = Vec::new();
     for seq in &limited {
@@ -337,6 +345,7 @@ pub async fn an_operator_retry_applies_a_stale_event(db: TestDb) {
     .await;
     engine
         .worker(quick_worker("w"))
+        .expect("valid worker settings")
         .run_until_idle()
         .await
         .unwrap();
@@ -348,6 +357,7 @@ pub async fn an_operator_retry_applies_a_stale_event(db: TestDb) {
     .await;
     engine
         .worker(quick_worker("w"))
+        .expect("valid worker settings")
         .run_until_idle()
         .await
         .unwrap();
@@ -369,6 +379,7 @@ pub async fn an_operator_retry_applies_a_stale_event(db: TestDb) {
     db.store.event_retry(&retry).await.unwrap();
     engine
         .worker(quick_worker("w"))
+        .expect("valid worker settings")
         .run_until_idle()
         .await
         .unwrap();

@@ -36,6 +36,7 @@ pub async fn steps_run_in_order_with_keys_and_earlier_outputs(db: TestDb) {
     };
     engine
         .worker(quick_worker("w"))
+        .expect("valid worker settings")
         .run_until_idle()
         .await
         .unwrap();
@@ -82,6 +83,7 @@ pub async fn the_step_status_view_is_readable_with_plain_sql(db: TestDb) {
     assert_eq!(count("pending").await, 3);
     engine
         .worker(quick_worker("w"))
+        .expect("valid worker settings")
         .run_until_idle()
         .await
         .unwrap();
@@ -106,6 +108,7 @@ pub async fn a_transactional_steps_effect_commits_with_its_mark(db: TestDb) {
     order_paid(&engine, "evt_credit").await;
     engine
         .worker(quick_worker("w"))
+        .expect("valid worker settings")
         .run_until_idle()
         .await
         .unwrap();
@@ -158,6 +161,7 @@ pub async fn a_crash_after_a_mark_resumes_at_the_first_unfinished_step(db: TestD
 
     let stats = engine
         .worker(quick_worker("rescuer"))
+        .expect("valid worker settings")
         .run_until_idle()
         .await
         .unwrap();
@@ -207,6 +211,7 @@ pub async fn an_interrupted_step_is_shown_then_rerun_with_the_same_key(db: TestD
 
     engine
         .worker(quick_worker("rescuer"))
+        .expect("valid worker settings")
         .run_until_idle()
         .await
         .unwrap();
@@ -223,7 +228,9 @@ pub async fn an_interrupted_step_is_shown_then_rerun_with_the_same_key(db: TestD
 /// not until their next poll.
 pub async fn an_accepted_event_wakes_an_idle_worker_without_polling(db: TestDb) {
     let engine = engine(&db, three_steps());
-    let worker = engine.worker(quick_worker("sleeper").with_poll_every(Duration::from_secs(120)));
+    let worker = engine
+        .worker(quick_worker("sleeper").with_poll_every(Duration::from_secs(120)))
+        .expect("valid worker settings");
     let mut stats = worker.stats();
     let shutdown = CancellationToken::new();
     let running = tokio::spawn(worker.run(shutdown.clone()));
@@ -302,7 +309,12 @@ pub async fn a_step_longer_than_its_lease_keeps_it_by_heartbeat(db: TestDb) {
     let engine = engine(&db, handlers);
     order_paid(&engine, "evt_long").await;
     let config = quick_worker("patient").with_lease(lease);
-    let stats = engine.worker(config).run_until_idle().await.unwrap();
+    let stats = engine
+        .worker(config)
+        .expect("valid worker settings")
+        .run_until_idle()
+        .await
+        .unwrap();
     assert_eq!((stats.takeovers, stats.leases_lost), (0, 0));
     assert_eq!(db.probe.runs("evt_long", "first").await, 1);
     let record = db
