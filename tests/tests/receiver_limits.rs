@@ -361,23 +361,33 @@ async fn deliveries_beyond_the_in_flight_cap_get_503(backend: Backend) {
     // Two deliveries whose bodies are held back hold the cap.
     let request = well_shaped_delivery(vec![b' '; 10_000]).header("connection", "close");
     let bytes = request_bytes(&request, false);
-    let mut holders = Vec::new();
-    for _ in 0..2 {
+    let hold = || async {
         let mut stream = TcpStream::connect(served.addr).await.unwrap();
         stream
             .write_all(&bytes[..bytes.len() - 5_000])
             .await
             .unwrap();
-        holders.push(stream);
-    }
+        stream
+    };
+    let mut holders = vec![hold().await, hold().await];
     // The holders' heads may still be on their way to the server: try until
-    // a third delivery (one that would be refused anyway) is shed.
+    // a third delivery (one that would be refused anyway) is shed. A probe
+    // can take a slot for a moment and get a holder shed in its place: a
+    // holder that was answered is replaced, so the test never depends on
+    // which request the server reads first.
     let probe = request_bytes(
         &well_shaped_delivery(b"{}".to_vec()).header("connection", "close"),
         false,
     );
     let deadline = tokio::time::Instant::now() + PATIENCE;
     let answer = loop {
+        for holder in &mut holders {
+            let mut byte = [0u8; 1];
+            match holder.try_read(&mut byte) {
+                Err(error) if error.kind() == std::io::ErrorKind::WouldBlock => {}
+                _ => *holder = hold().await, // answered (shed) or closed
+            }
+        }
         let mut stream = TcpStream::connect(served.addr).await.unwrap();
         stream.write_all(&probe).await.unwrap();
         let answer = parse_answer(&read_until_closed(&mut stream).await);
