@@ -72,7 +72,7 @@
 //!
 //! | module | what |
 //! |---|---|
-//! | [`step`], [`context`] | the `Step` trait, its outcomes, and what a running step sees |
+//! | [`step`], [`outcome`], [`context`] | the `Step` trait, its outcomes, and what a running step sees |
 //! | [`handler`], [`plan`] | ordered steps per (source, kind), stored with each event |
 //! | [`inbox`] | accepting an event: the dedup decision |
 //! | `claim` | leases, fencing tokens, the heartbeat |
@@ -86,14 +86,39 @@
 //! | [`dashboard`] | the operators' web page: overview, event list, step-status table, retry button |
 //! | [`ops`] | the operations router: `GET /metrics` and the dashboard, to serve beside the receiver |
 //!
-//! The guarantees, and the tests that prove them, are listed in `docs/guarantees.md`.
+//! The guarantees, and the tests that prove them, are listed in `docs/guarantees.md`;
+//! the layers these modules form, in `docs/architecture.md`.
+//!
+//! ## Cargo features
+//!
+//! All on by default. An application that embeds only the engine turns the
+//! rest off: `tickmark = { version = "0.1", default-features = false,
+//! features = ["postgres"] }` builds no HTTP stack, no SQLite and no CLI.
+//!
+//! | feature | what it adds |
+//! |---|---|
+//! | `sqlite` | the embedded backend, [`store::sqlite`] (one file, no server) |
+//! | `postgres` | the multi-machine backend, [`store::postgres`] |
+//! | `receiver` | [`receiver`]: the axum webhook receiver and its providers' verifiers |
+//! | `dashboard` | [`dashboard`] and [`ops`]: the operators' pages and `GET /metrics` |
+//! | `cli` | [`cli`] and the `tickmark` binary |
+//!
+//! At least one backend is needed. The engine itself (steps, handlers, the
+//! inbox, workers, operator actions, metrics counters) is in every build.
 
 #![forbid(unsafe_code)]
+
+#[cfg(not(any(feature = "postgres", feature = "sqlite")))]
+compile_error!(
+    "tickmark needs a database: enable its `sqlite` feature, its `postgres` feature, or both \
+     (both are on by default; with `default-features = false`, add e.g. `features = [\"postgres\"]`)"
+);
 
 mod claim;
 #[cfg(feature = "cli")]
 pub mod cli;
 pub mod context;
+#[cfg(feature = "dashboard")]
 pub mod dashboard;
 mod dedup_key;
 mod engine;
@@ -104,10 +129,12 @@ mod idempotency;
 pub mod inbox;
 pub mod metrics;
 pub mod operator;
+#[cfg(feature = "dashboard")]
 pub mod ops;
 pub mod ordering;
 pub mod outcome;
 pub mod plan;
+#[cfg(feature = "receiver")]
 pub mod receiver;
 mod redact;
 mod resources;
@@ -125,6 +152,7 @@ pub use idempotency::idempotency_key;
 pub use inbox::Accepted;
 pub use metrics::Metrics;
 pub use plan::StepOptions;
+#[cfg(feature = "receiver")]
 pub use receiver::Receiver;
 pub use redact::redact_url;
 pub use resources::Resources;

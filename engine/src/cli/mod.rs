@@ -37,12 +37,12 @@ use std::ffi::OsString;
 use std::io::Write;
 use std::process::ExitCode;
 use std::sync::Arc;
-use std::time::Duration;
 
 use clap::{Parser, Subcommand};
 use serde::Serialize;
 
 use crate::operator::AdminError;
+#[cfg(feature = "postgres")]
 use crate::store::postgres::{PostgresOptions, PostgresStore};
 use crate::store::{Store, StoreError};
 
@@ -198,26 +198,31 @@ async fn open(url: &str, creates: bool) -> Result<Arc<dyn Store>, Failure> {
             )));
         }
     }
-    let connected: Result<Arc<dyn Store>, StoreError> =
-        if url.starts_with("postgres:") || url.starts_with("postgresql:") {
-            // One command at a time needs few connections, and may wait longer
-            // for one than a receiver that must answer quickly.
-            let options = PostgresOptions {
-                max_connections: 2,
-                acquire_timeout: Duration::from_secs(10),
-            };
-            PostgresStore::connect_with(url, options)
-                .await
-                .map(|store| Arc::new(store) as Arc<dyn Store>)
-        } else {
-            crate::store::connect(url).await
-        };
+    let connected = connect_for_one_command(url).await;
     connected.map_err(|error| match error {
-        StoreError::UnsupportedUrl(_) => Failure::Usage(error.to_string()),
+        StoreError::UnsupportedUrl(_) | StoreError::BackendNotBuilt(_) => {
+            Failure::Usage(error.to_string())
+        }
         error => Failure::Other(format!(
             "cannot open the database: {error}; check --database-url (or DATABASE_URL)"
         )),
     })
+}
+
+/// Connect as `tickmark::connect` does, but with a PostgreSQL pool sized for
+/// one command at a time, which may wait longer for a connection than a
+/// receiver that must answer quickly.
+async fn connect_for_one_command(url: &str) -> Result<Arc<dyn Store>, StoreError> {
+    #[cfg(feature = "postgres")]
+    if crate::store::backend_of(url) == Some(crate::Backend::Postgres) {
+        let options = PostgresOptions {
+            max_connections: 2,
+            acquire_timeout: std::time::Duration::from_secs(10),
+        };
+        let store = PostgresStore::connect_with(url, options).await?;
+        return Ok(Arc::new(store));
+    }
+    crate::store::connect(url).await
 }
 
 /// The file of a `sqlite:` URL, unless it is in memory.

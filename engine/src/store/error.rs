@@ -31,6 +31,9 @@ pub enum StoreError {
     /// A stored row that this build cannot read.
     #[error("stored data is unreadable: {0}")]
     Corrupt(String),
+    /// The database URL names a backend this build was compiled without.
+    #[error("this build of tickmark has no `{0}` backend: enable the `{0}` feature of the tickmark crate (it is on by default)")]
+    BackendNotBuilt(super::Backend),
     /// The database URL names no backend tickmark supports.
     #[error("unsupported database URL `{0}`: use `sqlite://path/to/file.db` or `postgres://user@host/db`")]
     UnsupportedUrl(String),

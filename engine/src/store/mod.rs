@@ -10,8 +10,10 @@ pub(crate) mod decode;
 mod error;
 pub(crate) mod group_commit;
 pub mod portable_query;
+#[cfg(feature = "postgres")]
 pub mod postgres;
 mod records;
+#[cfg(feature = "sqlite")]
 pub mod sqlite;
 mod transaction;
 pub(crate) mod transient;
@@ -155,18 +157,34 @@ pub trait Store: admin::Admin + Send + Sync + fmt::Debug {
 
 /// Connect to the database at `url` and apply the schema.
 ///
-/// `sqlite://path/to/file.db` (created if missing) or `postgres://user@host/db`.
+/// `sqlite://path/to/file.db` (created if missing) or `postgres://user@host/db`;
+/// each needs its backend's feature (`sqlite`, `postgres`: both on by default).
 pub async fn connect(url: &str) -> Result<Arc<dyn Store>, StoreError> {
-    let store: Arc<dyn Store> = if url.starts_with("sqlite:") {
-        Arc::new(sqlite::SqliteStore::connect(url).await?)
-    } else if url.starts_with("postgres:") || url.starts_with("postgresql:") {
-        Arc::new(postgres::PostgresStore::connect(url).await?)
-    } else {
-        return Err(StoreError::UnsupportedUrl(
-            crate::redact_url(url).into_owned(),
-        ));
+    let store: Arc<dyn Store> = match backend_of(url) {
+        #[cfg(feature = "sqlite")]
+        Some(Backend::Sqlite) => Arc::new(sqlite::SqliteStore::connect(url).await?),
+        #[cfg(feature = "postgres")]
+        Some(Backend::Postgres) => Arc::new(postgres::PostgresStore::connect(url).await?),
+        #[allow(unreachable_patterns)] // every backend compiled in is matched above
+        Some(backend) => return Err(StoreError::BackendNotBuilt(backend)),
+        None => {
+            return Err(StoreError::UnsupportedUrl(
+                crate::redact_url(url).into_owned(),
+            ))
+        }
     };
     Ok(store)
+}
+
+/// Which backend a database URL names, if any.
+pub fn backend_of(url: &str) -> Option<Backend> {
+    if url.starts_with("sqlite:") {
+        Some(Backend::Sqlite)
+    } else if url.starts_with("postgres:") || url.starts_with("postgresql:") {
+        Some(Backend::Postgres)
+    } else {
+        None
+    }
 }
 
 #[cfg(test)]

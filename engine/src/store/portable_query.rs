@@ -8,10 +8,6 @@
 //! are kept as [`SqlValue`]s until the backend is known, then bound with
 //! sqlx's own encoders: nothing here builds SQL from values.
 
-use sqlx::postgres::PgRow;
-use sqlx::sqlite::SqliteRow;
-use sqlx::FromRow;
-
 use super::transaction::{Inner, StepTransaction};
 
 /// A value bound to a [`PortableQuery`] placeholder. Built with `From`:
@@ -89,15 +85,62 @@ pub struct PortableQuery<'t> {
 
 /// Rows a [`PortableQuery`] can decode on both backends: sqlx's tuples of
 /// `i64`, `String`, `bool`, `f64`, `Vec<u8>`, `Option<…>`, or your own
-/// `#[derive(sqlx::FromRow)]` struct of such fields.
-pub trait PortableRow:
-    for<'r> FromRow<'r, PgRow> + for<'r> FromRow<'r, SqliteRow> + Send + Unpin
-{
-}
+/// `#[derive(sqlx::FromRow)]` struct of such fields. (Built with one backend
+/// only, it asks only that backend's decoding.)
+pub trait PortableRow: backend::PgRowOf + backend::SqliteRowOf + Send + Unpin {}
 
-impl<T> PortableRow for T where
-    T: for<'r> FromRow<'r, PgRow> + for<'r> FromRow<'r, SqliteRow> + Send + Unpin
-{
+impl<T> PortableRow for T where T: backend::PgRowOf + backend::SqliteRowOf + Send + Unpin {}
+
+/// What each backend asks of a row type and of a bound value; a backend that
+/// is not compiled in asks nothing.
+mod backend {
+    /// Decodable from a PostgreSQL row.
+    #[cfg(feature = "postgres")]
+    pub trait PgRowOf: for<'r> sqlx::FromRow<'r, sqlx::postgres::PgRow> {}
+    #[cfg(feature = "postgres")]
+    impl<T> PgRowOf for T where T: for<'r> sqlx::FromRow<'r, sqlx::postgres::PgRow> {}
+    /// PostgreSQL is not compiled in: nothing to ask.
+    #[cfg(not(feature = "postgres"))]
+    pub trait PgRowOf {}
+    #[cfg(not(feature = "postgres"))]
+    impl<T> PgRowOf for T {}
+
+    /// Decodable from a SQLite row.
+    #[cfg(feature = "sqlite")]
+    pub trait SqliteRowOf: for<'r> sqlx::FromRow<'r, sqlx::sqlite::SqliteRow> {}
+    #[cfg(feature = "sqlite")]
+    impl<T> SqliteRowOf for T where T: for<'r> sqlx::FromRow<'r, sqlx::sqlite::SqliteRow> {}
+    /// SQLite is not compiled in: nothing to ask.
+    #[cfg(not(feature = "sqlite"))]
+    pub trait SqliteRowOf {}
+    #[cfg(not(feature = "sqlite"))]
+    impl<T> SqliteRowOf for T {}
+
+    /// Encodable for PostgreSQL.
+    #[cfg(feature = "postgres")]
+    pub trait PgValue:
+        for<'q> sqlx::Encode<'q, sqlx::Postgres> + sqlx::Type<sqlx::Postgres>
+    {
+    }
+    #[cfg(feature = "postgres")]
+    impl<V> PgValue for V where V: for<'q> sqlx::Encode<'q, sqlx::Postgres> + sqlx::Type<sqlx::Postgres> {}
+    #[cfg(not(feature = "postgres"))]
+    pub trait PgValue {}
+    #[cfg(not(feature = "postgres"))]
+    impl<V> PgValue for V {}
+
+    /// Encodable for SQLite.
+    #[cfg(feature = "sqlite")]
+    pub trait SqliteValue:
+        for<'q> sqlx::Encode<'q, sqlx::Sqlite> + sqlx::Type<sqlx::Sqlite>
+    {
+    }
+    #[cfg(feature = "sqlite")]
+    impl<V> SqliteValue for V where V: for<'q> sqlx::Encode<'q, sqlx::Sqlite> + sqlx::Type<sqlx::Sqlite> {}
+    #[cfg(not(feature = "sqlite"))]
+    pub trait SqliteValue {}
+    #[cfg(not(feature = "sqlite"))]
+    impl<V> SqliteValue for V {}
 }
 
 impl StepTransaction {
@@ -127,10 +170,12 @@ impl<'t> PortableQuery<'t> {
     /// Run the statement; returns how many rows it changed.
     pub async fn execute(self) -> Result<u64, sqlx::Error> {
         match self.transaction.inner_mut() {
+            #[cfg(feature = "postgres")]
             Inner::Postgres(tx) => {
                 let query = bind_all(sqlx::query(self.sql), self.arguments);
                 Ok(query.execute(&mut **tx).await?.rows_affected())
             }
+            #[cfg(feature = "sqlite")]
             Inner::Sqlite { transaction, .. } => {
                 let query = bind_all(sqlx::query(self.sql), self.arguments);
                 Ok(query.execute(&mut **transaction).await?.rows_affected())
@@ -146,10 +191,12 @@ impl<'t> PortableQuery<'t> {
     /// Run the statement and decode its first row, if any.
     pub async fn fetch_optional<T: PortableRow>(self) -> Result<Option<T>, sqlx::Error> {
         match self.transaction.inner_mut() {
+            #[cfg(feature = "postgres")]
             Inner::Postgres(tx) => {
                 let query = bind_all(sqlx::query_as::<_, T>(self.sql), self.arguments);
                 query.fetch_optional(&mut **tx).await
             }
+            #[cfg(feature = "sqlite")]
             Inner::Sqlite { transaction, .. } => {
                 let query = bind_all(sqlx::query_as::<_, T>(self.sql), self.arguments);
                 query.fetch_optional(&mut **transaction).await
@@ -160,10 +207,12 @@ impl<'t> PortableQuery<'t> {
     /// Run the statement and decode every row.
     pub async fn fetch_all<T: PortableRow>(self) -> Result<Vec<T>, sqlx::Error> {
         match self.transaction.inner_mut() {
+            #[cfg(feature = "postgres")]
             Inner::Postgres(tx) => {
                 let query = bind_all(sqlx::query_as::<_, T>(self.sql), self.arguments);
                 query.fetch_all(&mut **tx).await
             }
+            #[cfg(feature = "sqlite")]
             Inner::Sqlite { transaction, .. } => {
                 let query = bind_all(sqlx::query_as::<_, T>(self.sql), self.arguments);
                 query.fetch_all(&mut **transaction).await
@@ -197,45 +246,33 @@ trait Bindable: Sized {
         V: BindableValue;
 }
 
-/// The value types a [`SqlValue`] holds, encodable on both backends.
-trait BindableValue:
-    for<'q> sqlx::Encode<'q, sqlx::Postgres>
-    + sqlx::Type<sqlx::Postgres>
-    + for<'q> sqlx::Encode<'q, sqlx::Sqlite>
-    + sqlx::Type<sqlx::Sqlite>
-    + Send
-    + 'static
-{
-}
+/// The value types a [`SqlValue`] holds, encodable on every backend built in.
+trait BindableValue: backend::PgValue + backend::SqliteValue + Send + 'static {}
 
-impl<V> BindableValue for V where
-    V: for<'q> sqlx::Encode<'q, sqlx::Postgres>
-        + sqlx::Type<sqlx::Postgres>
-        + for<'q> sqlx::Encode<'q, sqlx::Sqlite>
-        + sqlx::Type<sqlx::Sqlite>
-        + Send
-        + 'static
-{
-}
+impl<V> BindableValue for V where V: backend::PgValue + backend::SqliteValue + Send + 'static {}
 
+#[cfg(feature = "postgres")]
 impl<'q> Bindable for sqlx::query::Query<'q, sqlx::Postgres, sqlx::postgres::PgArguments> {
     fn bind_value<V: BindableValue>(self, value: V) -> Self {
         self.bind(value)
     }
 }
 
+#[cfg(feature = "sqlite")]
 impl<'q> Bindable for sqlx::query::Query<'q, sqlx::Sqlite, sqlx::sqlite::SqliteArguments<'q>> {
     fn bind_value<V: BindableValue>(self, value: V) -> Self {
         self.bind(value)
     }
 }
 
+#[cfg(feature = "postgres")]
 impl<'q, T> Bindable for sqlx::query::QueryAs<'q, sqlx::Postgres, T, sqlx::postgres::PgArguments> {
     fn bind_value<V: BindableValue>(self, value: V) -> Self {
         self.bind(value)
     }
 }
 
+#[cfg(feature = "sqlite")]
 impl<'q, T> Bindable
     for sqlx::query::QueryAs<'q, sqlx::Sqlite, T, sqlx::sqlite::SqliteArguments<'q>>
 {

@@ -216,6 +216,7 @@ impl MarkDone<'_> {
 
 impl OwnedMarkDone {
     /// Borrow it back as a [`MarkDone`].
+    #[cfg(feature = "sqlite")]
     pub(crate) fn as_mark(&self) -> MarkDone<'_> {
         MarkDone {
             lease: self.lease,

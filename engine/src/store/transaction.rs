@@ -1,7 +1,11 @@
 //! The engine's own database transaction, lent to a transactional step so that
 //! its writes commit together with its mark.
 
-use sqlx::{PgConnection, Postgres, Sqlite, SqliteConnection, Transaction};
+#[cfg(feature = "postgres")]
+use sqlx::{PgConnection, Postgres};
+#[cfg(feature = "sqlite")]
+use sqlx::{Sqlite, SqliteConnection};
+#[cfg(feature = "sqlite")]
 use tokio::sync::OwnedMutexGuard;
 
 use super::{Backend, StoreError};
@@ -33,23 +37,27 @@ pub struct StepTransaction {
 
 #[derive(Debug)]
 pub(crate) enum Inner {
-    Postgres(Transaction<'static, Postgres>),
+    #[cfg(feature = "postgres")]
+    Postgres(sqlx::Transaction<'static, Postgres>),
+    #[cfg(feature = "sqlite")]
     Sqlite {
-        transaction: Transaction<'static, Sqlite>,
+        transaction: sqlx::Transaction<'static, Sqlite>,
         // Held until commit or rollback: this process's writers take turns.
         _write_turn: OwnedMutexGuard<()>,
     },
 }
 
 impl StepTransaction {
-    pub(crate) fn postgres_from(transaction: Transaction<'static, Postgres>) -> Self {
+    #[cfg(feature = "postgres")]
+    pub(crate) fn postgres_from(transaction: sqlx::Transaction<'static, Postgres>) -> Self {
         Self {
             inner: Inner::Postgres(transaction),
         }
     }
 
+    #[cfg(feature = "sqlite")]
     pub(crate) fn sqlite_from(
-        transaction: Transaction<'static, Sqlite>,
+        transaction: sqlx::Transaction<'static, Sqlite>,
         write_turn: OwnedMutexGuard<()>,
     ) -> Self {
         Self {
@@ -72,7 +80,9 @@ impl StepTransaction {
     /// step never commits its own: the engine commits it with the mark.)
     pub async fn commit(self) -> Result<(), StoreError> {
         match self.inner {
+            #[cfg(feature = "postgres")]
             Inner::Postgres(transaction) => transaction.commit().await?,
+            #[cfg(feature = "sqlite")]
             Inner::Sqlite { transaction, .. } => transaction.commit().await?,
         }
         Ok(())
@@ -81,23 +91,29 @@ impl StepTransaction {
     /// Which database the transaction is on.
     pub fn backend(&self) -> Backend {
         match self.inner {
+            #[cfg(feature = "postgres")]
             Inner::Postgres(_) => Backend::Postgres,
+            #[cfg(feature = "sqlite")]
             Inner::Sqlite { .. } => Backend::Sqlite,
         }
     }
 
     /// The connection, if the engine runs on PostgreSQL.
+    #[cfg(feature = "postgres")]
     pub fn postgres(&mut self) -> Option<&mut PgConnection> {
         match &mut self.inner {
             Inner::Postgres(transaction) => Some(&mut **transaction),
+            #[cfg(feature = "sqlite")]
             Inner::Sqlite { .. } => None,
         }
     }
 
     /// The connection, if the engine runs on SQLite.
+    #[cfg(feature = "sqlite")]
     pub fn sqlite(&mut self) -> Option<&mut SqliteConnection> {
         match &mut self.inner {
             Inner::Sqlite { transaction, .. } => Some(&mut **transaction),
+            #[cfg(feature = "postgres")]
             Inner::Postgres(_) => None,
         }
     }

@@ -2,8 +2,7 @@
 //! signal on SQLite. Either can be missed (a dropped listener connection,
 //! another process writing the SQLite file), so workers also poll, slowly.
 
-use std::time::Duration;
-
+#[cfg(feature = "postgres")]
 use sqlx::postgres::PgListener;
 use tokio::sync::watch;
 
@@ -16,16 +15,19 @@ pub struct Wakeups {
 #[derive(Debug)]
 enum Inner {
     Local(watch::Receiver<u64>),
+    #[cfg(feature = "postgres")]
     Postgres(Box<PgListener>),
 }
 
 impl Wakeups {
+    #[cfg_attr(not(feature = "sqlite"), allow(dead_code))]
     pub(crate) fn local(receiver: watch::Receiver<u64>) -> Self {
         Self {
             inner: Inner::Local(receiver),
         }
     }
 
+    #[cfg(feature = "postgres")]
     pub(crate) fn postgres(listener: PgListener) -> Self {
         Self {
             inner: Inner::Postgres(Box::new(listener)),
@@ -41,6 +43,7 @@ impl Wakeups {
                     std::future::pending::<()>().await;
                 }
             }
+            #[cfg(feature = "postgres")]
             Inner::Postgres(listener) => match listener.recv().await {
                 Ok(_) => {
                     // Drain what is already buffered: one claim serves them all.
@@ -48,7 +51,7 @@ impl Wakeups {
                 }
                 Err(error) => {
                     tracing::debug!(%error, "LISTEN connection lost; polling until it is back");
-                    tokio::time::sleep(Duration::from_secs(1)).await;
+                    tokio::time::sleep(std::time::Duration::from_secs(1)).await;
                 }
             },
         }

@@ -557,6 +557,7 @@ impl Store for PostgresStore {
                 transaction.commit().await?;
                 changed
             }
+            #[cfg(feature = "sqlite")]
             Some(Inner::Sqlite { .. }) => {
                 return Err(StoreError::Corrupt(
                     "a SQLite transaction was handed to the PostgreSQL store".into(),

@@ -640,6 +640,7 @@ impl Store for SqliteStore {
                 transaction,
                 _write_turn,
             }) => (transaction, _write_turn),
+            #[cfg(feature = "postgres")]
             Some(Inner::Postgres(_)) => {
                 return Err(StoreError::Corrupt(
                     "a PostgreSQL transaction was handed to the SQLite store".into(),
