@@ -494,7 +494,7 @@ async fn snapshot(db: &TestDb, seq: i64) -> (String, i64, i64) {
     let audit = db
         .probe
         .scalar(&format!(
-            "SELECT COUNT(*) FROM tickmark_audit WHERE event_id = {seq}"
+            "SELECT COUNT(*) FROM tickmark_audit WHERE event_seq = {seq}"
         ))
         .await;
     (state, token, audit)

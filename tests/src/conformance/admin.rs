@@ -209,7 +209,7 @@ pub async fn retry_from_a_step_keeps_earlier_steps_and_reruns_later_ones_with_th
     assert_eq!(
         db.probe
             .scalar(&format!(
-                "SELECT count(*) FROM tickmark_steps WHERE event_id = {seq}"
+                "SELECT count(*) FROM tickmark_steps WHERE event_seq = {seq}"
             ))
             .await,
         1,
@@ -652,7 +652,7 @@ pub async fn cancelling_a_running_event_fences_its_worker(db: TestDb) {
     assert_eq!(
         db.probe
             .scalar(&format!(
-                "SELECT count(*) FROM tickmark_steps WHERE event_id = {seq}"
+                "SELECT count(*) FROM tickmark_steps WHERE event_seq = {seq}"
             ))
             .await,
         0
@@ -710,7 +710,7 @@ pub async fn a_worker_running_a_cancelled_event_stops_and_marks_nothing(db: Test
     assert_eq!(
         db.probe
             .scalar(&format!(
-                "SELECT count(*) FROM tickmark_steps WHERE event_id = {seq}"
+                "SELECT count(*) FROM tickmark_steps WHERE event_seq = {seq}"
             ))
             .await,
         0,
@@ -749,7 +749,7 @@ pub async fn skipping_or_marking_done_the_last_step_finishes_the_event(db: TestD
     assert_eq!(
         db.probe
             .scalar(&format!(
-                "SELECT lease_token FROM tickmark_steps WHERE event_id = {} AND position = 1",
+                "SELECT lease_token FROM tickmark_steps WHERE event_seq = {} AND position = 1",
                 mark.event.seq
             ))
             .await,
@@ -946,7 +946,7 @@ pub async fn prune_deletes_only_finished_events_older_than_the_cutoff(db: TestDb
         assert_eq!(
             db.probe
                 .scalar(&format!(
-                    "SELECT count(*) FROM {table} WHERE event_id IN ({doomed_list})"
+                    "SELECT count(*) FROM {table} WHERE event_seq IN ({doomed_list})"
                 ))
                 .await,
             0,

@@ -116,7 +116,7 @@ pub async fn a_taken_over_lease_can_neither_mark_nor_heartbeat(db: TestDb) {
     assert_eq!(
         db.probe
             .scalar(&format!(
-                "SELECT lease_token FROM tickmark_steps WHERE event_id = {}",
+                "SELECT lease_token FROM tickmark_steps WHERE event_seq = {}",
                 new.lease.event_seq
             ))
             .await,
@@ -236,7 +236,7 @@ pub async fn a_worker_that_loses_its_lease_stops_its_step(db: TestDb) {
     assert_eq!(
         db.probe
             .scalar(&format!(
-                "SELECT count(*) FROM tickmark_steps WHERE event_id = {seq}"
+                "SELECT count(*) FROM tickmark_steps WHERE event_seq = {seq}"
             ))
             .await,
         0,

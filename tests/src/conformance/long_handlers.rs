@@ -265,7 +265,7 @@ pub async fn a_cancelled_event_stops_its_running_step_within_a_heartbeat(db: Tes
     assert_eq!(
         db.probe
             .scalar(&format!(
-                "SELECT count(*) FROM tickmark_steps WHERE event_id = {seq}"
+                "SELECT count(*) FROM tickmark_steps WHERE event_seq = {seq}"
             ))
             .await,
         0

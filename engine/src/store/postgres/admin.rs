@@ -159,7 +159,7 @@ fn changed(row: Option<PgRow>, found: &EventSnapshot) -> Result<EventRecord, Tra
 fn audit_from_row(row: &PgRow) -> Result<AuditEntry, StoreError> {
     Ok(AuditEntry {
         id: row.try_get("id")?,
-        event_seq: row.try_get("event_id")?,
+        event_seq: row.try_get("event_seq")?,
         at: row.try_get::<DateTime<Utc>, _>("at")?,
         actor: row.try_get("actor")?,
         action: row.try_get("action")?,

@@ -73,13 +73,13 @@ pub const EVENT_PROGRESS: &str = "
 /// it is; `last_seq` is the value before.
 pub const RESOURCE_APPLY: &str = "
     WITH applied AS (
-        INSERT INTO tickmark_resources (resource_key, last_seq, event_id)
+        INSERT INTO tickmark_resources (resource_key, last_seq, event_seq)
         VALUES ($2, $3, $1)
         ON CONFLICT (resource_key) DO UPDATE
-        SET last_seq = EXCLUDED.last_seq, event_id = EXCLUDED.event_id, applied_at = now()
+        SET last_seq = EXCLUDED.last_seq, event_seq = EXCLUDED.event_seq, applied_at = now()
         WHERE tickmark_resources.last_seq < EXCLUDED.last_seq
            OR (tickmark_resources.last_seq = EXCLUDED.last_seq
-               AND tickmark_resources.event_id = EXCLUDED.event_id)
+               AND tickmark_resources.event_seq = EXCLUDED.event_seq)
         RETURNING last_seq
     )
     SELECT (SELECT count(*) FROM applied) AS applied,
@@ -137,7 +137,7 @@ pub const EVENT_FIND: &str = "
 /// Outputs of the done steps, for resuming.
 pub const STEP_OUTPUTS: &str = "
     SELECT position, output::text FROM tickmark_steps
-    WHERE event_id = $1 AND state IN ('done', 'skipped')
+    WHERE event_seq = $1 AND state IN ('done', 'skipped')
     ORDER BY position";
 
 /// Mark step `$3` done under lease (`$1`, `$2`) and advance the event; the last
@@ -160,9 +160,9 @@ pub const STEP_MARK_DONE: &str = "
         RETURNING id
     )
     INSERT INTO tickmark_steps
-        (event_id, position, name, state, attempts, lease_token, started_at, finished_at, output)
+        (event_seq, position, name, state, attempts, lease_token, started_at, finished_at, output)
     SELECT id, $3, $4, 'done', $5, $2, $6, $7, $8::json FROM advanced
-    ON CONFLICT (event_id, position) DO UPDATE
+    ON CONFLICT (event_seq, position) DO UPDATE
     SET state = 'done', attempts = EXCLUDED.attempts, lease_token = EXCLUDED.lease_token,
         started_at = EXCLUDED.started_at, finished_at = EXCLUDED.finished_at,
         output = EXCLUDED.output, last_error = NULL";
@@ -174,7 +174,7 @@ pub const STEP_MARK_DONE_MANY: &str = "
     WITH marks AS (
         SELECT * FROM unnest($1::bigint[], $2::bigint[], $3::int[], $4::text[], $5::int[],
                              $6::timestamptz[], $7::timestamptz[], $8::text[])
-            AS m (event_id, token, position, name, attempts, started_at, finished_at, output)
+            AS m (event_seq, token, position, name, attempts, started_at, finished_at, output)
     ),
     advanced AS (
         UPDATE tickmark_events AS e
@@ -187,20 +187,20 @@ pub const STEP_MARK_DONE_MANY: &str = "
             progress = NULL,
             progress_message = NULL
         FROM marks AS m
-        WHERE e.id = m.event_id AND e.lease_token = m.token AND e.state = 'running'
+        WHERE e.id = m.event_seq AND e.lease_token = m.token AND e.state = 'running'
           AND e.next_step = m.position AND e.due_at > now()
         RETURNING e.id
     )
     INSERT INTO tickmark_steps
-        (event_id, position, name, state, attempts, lease_token, started_at, finished_at, output)
-    SELECT m.event_id, m.position, m.name, 'done', m.attempts, m.token, m.started_at,
+        (event_seq, position, name, state, attempts, lease_token, started_at, finished_at, output)
+    SELECT m.event_seq, m.position, m.name, 'done', m.attempts, m.token, m.started_at,
            m.finished_at, m.output::json
-    FROM marks AS m JOIN advanced AS a ON a.id = m.event_id
-    ON CONFLICT (event_id, position) DO UPDATE
+    FROM marks AS m JOIN advanced AS a ON a.id = m.event_seq
+    ON CONFLICT (event_seq, position) DO UPDATE
     SET state = 'done', attempts = EXCLUDED.attempts, lease_token = EXCLUDED.lease_token,
         started_at = EXCLUDED.started_at, finished_at = EXCLUDED.finished_at,
         output = EXCLUDED.output, last_error = NULL
-    RETURNING event_id";
+    RETURNING event_seq";
 
 /// Record a failed attempt under lease (`$1`, `$2`): schedule the retry in
 /// `$10` seconds, or dead-letter the event when `$9`.
@@ -219,9 +219,9 @@ pub const STEP_MARK_FAILED: &str = "
         RETURNING id
     )
     INSERT INTO tickmark_steps
-        (event_id, position, name, state, attempts, lease_token, started_at, finished_at, last_error)
+        (event_seq, position, name, state, attempts, lease_token, started_at, finished_at, last_error)
     SELECT id, $3, $4, CASE WHEN $9 THEN 'dead' ELSE 'failed' END, $5, $2, $6, $7, $8 FROM failed
-    ON CONFLICT (event_id, position) DO UPDATE
+    ON CONFLICT (event_seq, position) DO UPDATE
     SET state = EXCLUDED.state, attempts = EXCLUDED.attempts, lease_token = EXCLUDED.lease_token,
         started_at = EXCLUDED.started_at, finished_at = EXCLUDED.finished_at,
         last_error = EXCLUDED.last_error";
@@ -230,7 +230,7 @@ pub const STEP_MARK_FAILED: &str = "
 /// token (a commit whose answer was lost, then retried).
 pub const STEP_MARK_CONFIRM: &str = "
     SELECT 1 FROM tickmark_steps
-    WHERE event_id = $1 AND position = $2 AND lease_token = $3 AND state = $4";
+    WHERE event_seq = $1 AND position = $2 AND lease_token = $3 AND state = $4";
 
 /// The step-status table of one event.
 pub const STEP_STATUS: &str = "

@@ -163,7 +163,7 @@ fn changed(row: Option<SqliteRow>, found: &EventSnapshot) -> Result<EventRecord,
 fn audit_from_row(row: &SqliteRow) -> Result<AuditEntry, StoreError> {
     Ok(AuditEntry {
         id: row.try_get("id")?,
-        event_seq: row.try_get("event_id")?,
+        event_seq: row.try_get("event_seq")?,
         at: parse_time(&row.try_get::<String, _>("at")?)?,
         actor: row.try_get("actor")?,
         action: row.try_get("action")?,

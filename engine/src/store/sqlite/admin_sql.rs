@@ -58,9 +58,9 @@ pub const SOURCES: &str = "SELECT DISTINCT source FROM tickmark_events ORDER BY 
 
 /// One event's audit trail, oldest first.
 pub const AUDIT_LIST: &str = "
-    SELECT id, event_id, at, actor, action, step, reason, detail
+    SELECT id, event_seq, at, actor, action, step, reason, detail
     FROM tickmark_audit
-    WHERE event_id = ?1
+    WHERE event_seq = ?1
     ORDER BY id";
 
 /// The event a transition is about (inside the transition's write
@@ -91,7 +91,7 @@ pub const EVENT_RETRY: &str = concat!(
 /// Forget the marks of steps at positions ?2 and later of event ?1: they run
 /// again (with the same idempotency keys).
 pub const STEPS_FORGET_FROM: &str =
-    "DELETE FROM tickmark_steps WHERE event_id = ?1 AND position >= ?2";
+    "DELETE FROM tickmark_steps WHERE event_seq = ?1 AND position >= ?2";
 
 /// Cancel event ?1 unless it has ended; a worker holding it loses its lease
 /// (the token changes), so its next heartbeat or mark fails and it stops.
@@ -124,17 +124,17 @@ pub const EVENT_SETTLE_STEP: &str = concat!(
 /// the action's new token ?6, replacing any failed or dead mark.
 pub const STEP_UPSERT_BY_HAND: &str = "
     INSERT INTO tickmark_steps
-        (event_id, position, name, state, attempts, lease_token, started_at, finished_at, output,
+        (event_seq, position, name, state, attempts, lease_token, started_at, finished_at, output,
          last_error)
     VALUES (?1, ?2, ?3, ?4, ?5, ?6, NULL, ?7, ?8, ?9)
-    ON CONFLICT (event_id, position) DO UPDATE
+    ON CONFLICT (event_seq, position) DO UPDATE
     SET state = excluded.state, attempts = excluded.attempts, lease_token = excluded.lease_token,
         started_at = NULL, finished_at = excluded.finished_at, output = excluded.output,
         last_error = excluded.last_error";
 
 /// Record a manual action on event ?1 at ?2.
 pub const AUDIT_INSERT: &str = "
-    INSERT INTO tickmark_audit (event_id, at, actor, action, step, reason, detail)
+    INSERT INTO tickmark_audit (event_seq, at, actor, action, step, reason, detail)
     VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)";
 
 /// Delete up to ?3 finished events received before ?1 (dead ones too when ?2),

@@ -93,13 +93,13 @@ pub const EVENT_PROGRESS: &str = "
 /// Make ?3 the last applied sequence of resource ?2 if it is newer (or already
 /// this event's: a resumed run). Returns a row only when it is.
 pub const RESOURCE_APPLY: &str = "
-    INSERT INTO tickmark_resources (resource_key, last_seq, event_id, applied_at)
+    INSERT INTO tickmark_resources (resource_key, last_seq, event_seq, applied_at)
     VALUES (?2, ?3, ?1, ?4)
     ON CONFLICT (resource_key) DO UPDATE
-    SET last_seq = excluded.last_seq, event_id = excluded.event_id, applied_at = excluded.applied_at
+    SET last_seq = excluded.last_seq, event_seq = excluded.event_seq, applied_at = excluded.applied_at
     WHERE tickmark_resources.last_seq < excluded.last_seq
        OR (tickmark_resources.last_seq = excluded.last_seq
-           AND tickmark_resources.event_id = excluded.event_id)
+           AND tickmark_resources.event_seq = excluded.event_seq)
     RETURNING last_seq";
 
 /// The last applied sequence of a resource.
@@ -155,7 +155,7 @@ pub const EVENT_FIND: &str = "
 /// Outputs of the done steps, for resuming.
 pub const STEP_OUTPUTS: &str = "
     SELECT position, output FROM tickmark_steps
-    WHERE event_id = ?1 AND state IN ('done', 'skipped')
+    WHERE event_seq = ?1 AND state IN ('done', 'skipped')
     ORDER BY position";
 
 /// Advance the event past step ?3 under lease (?1, ?2); the last step's mark
@@ -176,9 +176,9 @@ pub const EVENT_ADVANCE: &str = "
 /// Record step ?2 done with its output.
 pub const STEP_UPSERT_DONE: &str = "
     INSERT INTO tickmark_steps
-        (event_id, position, name, state, attempts, lease_token, started_at, finished_at, output)
+        (event_seq, position, name, state, attempts, lease_token, started_at, finished_at, output)
     VALUES (?1, ?2, ?3, 'done', ?4, ?5, ?6, ?7, ?8)
-    ON CONFLICT (event_id, position) DO UPDATE
+    ON CONFLICT (event_seq, position) DO UPDATE
     SET state = 'done', attempts = excluded.attempts, lease_token = excluded.lease_token,
         started_at = excluded.started_at, finished_at = excluded.finished_at,
         output = excluded.output, last_error = NULL";
@@ -200,9 +200,9 @@ pub const EVENT_FAIL: &str = "
 /// Record the failed attempt of step ?2.
 pub const STEP_UPSERT_FAILED: &str = "
     INSERT INTO tickmark_steps
-        (event_id, position, name, state, attempts, lease_token, started_at, finished_at, last_error)
+        (event_seq, position, name, state, attempts, lease_token, started_at, finished_at, last_error)
     VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)
-    ON CONFLICT (event_id, position) DO UPDATE
+    ON CONFLICT (event_seq, position) DO UPDATE
     SET state = excluded.state, attempts = excluded.attempts, lease_token = excluded.lease_token,
         started_at = excluded.started_at, finished_at = excluded.finished_at,
         last_error = excluded.last_error";
@@ -210,7 +210,7 @@ pub const STEP_UPSERT_FAILED: &str = "
 /// Whether a mark that changed nothing had been applied under this token.
 pub const STEP_MARK_CONFIRM: &str = "
     SELECT 1 FROM tickmark_steps
-    WHERE event_id = ?1 AND position = ?2 AND lease_token = ?3 AND state = ?4";
+    WHERE event_seq = ?1 AND position = ?2 AND lease_token = ?3 AND state = ?4";
 
 /// The step-status table of one event.
 pub const STEP_STATUS: &str = "
