@@ -88,9 +88,17 @@
 //! The guarantees, and the tests that prove them, are listed in `docs/guarantees.md`.
 
 #![forbid(unsafe_code)]
+// docs.rs builds with `--cfg docsrs` on nightly and every feature on
+// (`[package.metadata.docs.rs]` in Cargo.toml). `doc_cfg` labels each
+// feature-gated item "Available on crate feature … only"; a feature-gated
+// public item also says so itself, for readers of the source:
+// `#[cfg_attr(docsrs, doc(cfg(feature = "…")))]` next to its `#[cfg]`, as
+// `cli` below. (`doc_auto_cfg` was folded into `doc_cfg` and no longer exists.)
+#![cfg_attr(docsrs, feature(doc_cfg))]
 
 mod claim;
 #[cfg(feature = "cli")]
+#[cfg_attr(docsrs, doc(cfg(feature = "cli")))]
 pub mod cli;
 pub mod context;
 pub mod dashboard;
