@@ -8,7 +8,7 @@ use crate::inbox::{self, Accepted};
 use crate::metrics::Metrics;
 use crate::resources::Resources;
 use crate::runner::{Worker, WorkerConfig};
-use crate::store::{Store, StoreError};
+use crate::store::{StepTransaction, Store, StoreError};
 
 /// Accepts events into the inbox and makes workers that run them.
 ///
@@ -63,6 +63,16 @@ impl Engine {
     /// render them with [`metrics::render`](crate::metrics::render).
     pub fn metrics(&self) -> &Arc<Metrics> {
         &self.metrics
+    }
+
+    /// A transaction on the engine's own database, for your application's
+    /// writes outside a step (creating its tables at start-up, say): SQL both
+    /// backends accept through [`StepTransaction::query`], then
+    /// [`commit`](StepTransaction::commit). Dropped uncommitted, it rolls back.
+    ///
+    /// On SQLite it holds this process's write turn until it ends: keep it short.
+    pub async fn transaction(&self) -> Result<StepTransaction, StoreError> {
+        self.store.step_transaction_begin().await
     }
 
     /// The store, for reading the step-status table.

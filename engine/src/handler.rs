@@ -162,9 +162,15 @@ pub(crate) struct CompiledHandler {
     pub ordering: Option<Ordering>,
 }
 
-/// The handlers of an engine, by (source, kind), with `*` wildcards.
+/// The handlers of an engine, by (source, kind), with [`ANY`] (`*`) wildcards.
 ///
-/// Lookup order: exact (source, kind), then (source, `*`), then (`*`, `*`).
+/// An event gets the most specific handler that matches it, in this order:
+/// 1. its exact (source, kind);
+/// 2. (source, `*`): every kind of that source;
+/// 3. (`*`, kind): that kind from any source;
+/// 4. (`*`, `*`): everything.
+///
+/// An event no handler matches is recorded as ignored.
 #[derive(Debug, Default)]
 pub struct Handlers {
     entries: Vec<(String, String, Handler)>,
@@ -270,6 +276,7 @@ impl Registry {
         let get = |s: &str, k: &str| self.by_source.get(s).and_then(|kinds| kinds.get(k));
         get(source, kind)
             .or_else(|| get(source, ANY))
+            .or_else(|| get(ANY, kind))
             .or_else(|| get(ANY, ANY))
     }
 }
@@ -313,6 +320,44 @@ mod tests {
         assert!(plan_of("stripe", "invoice.paid").contains("\"exact\""));
         assert!(plan_of("stripe", "charge.failed").contains("\"source_wide\""));
         assert!(plan_of("github", "push").contains("\"fallback\""));
+    }
+
+    #[test]
+    fn any_source_matches_its_kind_after_the_source_wide_handlers() {
+        let registry = Handlers::new()
+            .on(
+                "stripe",
+                "invoice.paid",
+                Handler::new().named_step("exact", Tick),
+            )
+            .on(
+                "stripe",
+                ANY,
+                Handler::new().named_step("source_wide", Tick),
+            )
+            .on(
+                ANY,
+                "invoice.paid",
+                Handler::new().named_step("kind_wide", Tick),
+            )
+            .on(ANY, ANY, Handler::new().named_step("fallback", Tick))
+            .compile()
+            .unwrap();
+        let plan_of = |s: &str, k: &str| registry.find(s, k).unwrap().plan_json.clone();
+        assert!(plan_of("stripe", "invoice.paid").contains("\"exact\""));
+        assert!(plan_of("stripe", "push").contains("\"source_wide\""));
+        assert!(plan_of("paddle", "invoice.paid").contains("\"kind_wide\""));
+        assert!(plan_of("paddle", "push").contains("\"fallback\""));
+    }
+
+    #[test]
+    fn a_handler_for_any_source_alone_is_found() {
+        let registry = Handlers::new()
+            .on(ANY, "order.paid", Handler::new().named_step("any", Tick))
+            .compile()
+            .unwrap();
+        assert!(registry.find("shop", "order.paid").is_some());
+        assert!(registry.find("shop", "order.created").is_none());
     }
 
     #[test]

@@ -113,6 +113,7 @@ pub mod ops;
 pub mod ordering;
 pub mod plan;
 pub mod receiver;
+mod redact;
 mod resources;
 pub mod retry;
 pub mod runner;
@@ -129,8 +130,15 @@ pub use inbox::Accepted;
 pub use metrics::Metrics;
 pub use plan::StepOptions;
 pub use receiver::Receiver;
+pub use redact::redact_url;
 pub use resources::Resources;
 pub use retry::RetryPolicy;
 pub use runner::{Worker, WorkerConfig, WorkerStats};
 pub use step::{FailureKind, Step, StepError, StepResult, TerminalExt};
 pub use store::{connect, Backend, StepTransaction, Store, StoreError};
+
+/// The sqlx this crate is built with, for steps that reach the backend's own
+/// connection ([`StepTransaction::postgres`], [`StepTransaction::sqlite`]) with
+/// the same version.
+#[doc(no_inline)]
+pub use sqlx;

@@ -360,3 +360,35 @@ fn help_names_the_flags_the_variables_and_an_example() {
         assert!(help.contains(needle), "--help mentions {needle}:\n{help}");
     }
 }
+
+/// A database URL's password never reaches the terminal: a start-up error
+/// names the URL with its password masked.
+#[test]
+fn a_start_up_error_shows_the_database_url_without_its_password() {
+    let dir = tempfile::tempdir().unwrap();
+    for url in [
+        "mysql://app:s3cret-pw@db.internal/prod",
+        "postgres://app:s3cret-pw@127.0.0.1:1/prod",
+    ] {
+        let output = std::process::Command::new(env!("CARGO_BIN_EXE_payments"))
+            .current_dir(dir.path())
+            .args(["--database-url", url, "--listen", "127.0.0.1:0"])
+            .env("STRIPE_WEBHOOK_SECRET", "whsec_test_secret_long_enough")
+            .output()
+            .unwrap();
+        let said = format!(
+            "{}{}",
+            String::from_utf8_lossy(&output.stdout),
+            String::from_utf8_lossy(&output.stderr)
+        );
+        assert!(!output.status.success(), "{url}: {said}");
+        assert!(
+            !said.contains("s3cret-pw"),
+            "{url} leaked its password: {said}"
+        );
+        assert!(
+            said.contains("app:***@"),
+            "{url}: the masked URL is named: {said}"
+        );
+    }
+}

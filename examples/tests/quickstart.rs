@@ -24,6 +24,15 @@ fn the_quick_start_resumes_after_a_crash_and_every_effect_happens_once() {
         stdout.contains("evt_3   charge_card    done                2"),
         "{stdout}"
     );
+    for check in [
+        "ok   stock reserved once per order (transactional step): 5 rows for 5 orders",
+        "ok   `charge_card` called 6 times for 5 orders",
+        "ok   `send_receipt` called 5 times for 5 orders",
+        "ok   charged 15000 in all for orders worth 15000",
+    ] {
+        assert!(stdout.contains(check), "{check}:\n{stdout}");
+    }
+    assert!(!stdout.contains("FAIL"), "{stdout}");
     assert!(stdout.contains("All checks passed"), "{stdout}");
     assert!(dir.join("quickstart.db").exists());
     let _ = std::fs::remove_dir_all(&dir);

@@ -211,7 +211,10 @@ impl HttpCall {
         let method = Method::from_bytes(self.method.to_ascii_uppercase().as_bytes())
             .map_err(|_| StepError::terminal(format!("`{}` is not an HTTP method", self.method)))?;
         let uri: Uri = self.url.parse().map_err(|error| {
-            StepError::terminal(format!("`{}` is not a URL: {error}", self.url))
+            StepError::terminal(format!(
+                "`{}` is not a URL: {error}",
+                tickmark::redact_url(&self.url)
+            ))
         })?;
         http_client::check_scheme(&uri)?;
 

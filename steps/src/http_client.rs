@@ -114,7 +114,11 @@ impl HttpClient {
         max_body: usize,
         cancel: &CancellationToken,
     ) -> Result<Exchange, StepError> {
-        let what = format!("{} {}", request.method(), request.uri());
+        let what = format!(
+            "{} {}",
+            request.method(),
+            tickmark::redact_url(&request.uri().to_string())
+        );
         let work = async {
             let response = self
                 .client
@@ -191,20 +195,22 @@ pub(crate) fn client_for<'c>(ctx: &'c StepContext<'_>) -> &'c HttpClient {
 /// A terminal error unless `uri` is an absolute `http://` URL, or an
 /// `https://` one in a build with the `rustls` feature.
 pub(crate) fn check_scheme(uri: &http::Uri) -> Result<(), StepError> {
+    // Messages show the URL without its password.
+    let shown = tickmark::redact_url(&uri.to_string()).into_owned();
     if uri.authority().is_none() {
         return Err(StepError::terminal(format!(
-            "`{uri}` is not an absolute URL (http://host/path)"
+            "`{shown}` is not an absolute URL (http://host/path)"
         )));
     }
     match uri.scheme_str() {
         Some("http") => Ok(()),
         Some("https") if cfg!(feature = "rustls") => Ok(()),
         Some("https") => Err(StepError::terminal(format!(
-            "`{uri}` needs TLS: enable the `rustls` feature of tickmark-steps \
+            "`{shown}` needs TLS: enable the `rustls` feature of tickmark-steps \
              (tickmark-steps = {{ features = [\"rustls\"] }})"
         ))),
         _ => Err(StepError::terminal(format!(
-            "`{uri}` is neither http:// nor https://"
+            "`{shown}` is neither http:// nor https://"
         ))),
     }
 }
@@ -578,6 +584,9 @@ mod tests {
         for bad in ["/relative", "ftp://host/x"] {
             assert!(check_scheme(&uri(bad)).unwrap_err().is_terminal(), "{bad}");
         }
+        let refused = check_scheme(&uri("ftp://user:s3cret@host/x")).unwrap_err();
+        assert!(!refused.message().contains("s3cret"), "{refused}");
+        assert!(refused.message().contains("user:***@host"), "{refused}");
         let https = check_scheme(&uri("https://example.com/"));
         if cfg!(feature = "rustls") {
             assert!(https.is_ok());

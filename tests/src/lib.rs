@@ -7,6 +7,7 @@
 //! unreachable; `TICKMARK_SKIP_POSTGRES=1` skips them instead, except when
 //! `CI=true`.
 
+pub mod cargo_bin;
 pub mod chaos;
 pub mod conformance;
 pub mod db;
@@ -16,5 +17,6 @@ pub mod probe;
 pub mod test_steps;
 pub mod wait;
 
+pub use cargo_bin::cargo_bin;
 pub use db::TestDb;
 pub use probe::Probe;

@@ -2,8 +2,8 @@
 //! database of each backend: tables for people, `--json` parsed back, the
 //! audit trail, prune's safety check, and the exit codes.
 //!
-//! The binary is the one `cargo build --workspace --all-targets` puts next to
-//! this test's own directory (`target/debug/tickmark`); CI builds it first.
+//! The binary is found through Cargo ([`tickmark_tests::cargo_bin`]), which
+//! builds it first when it is missing.
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -17,20 +17,10 @@ use tickmark_tests::test_steps::WaitForCancel;
 use tickmark_tests::{wait, TestDb};
 use tokio_util::sync::CancellationToken;
 
-/// `target/<profile>/tickmark`, next to the directory of this test binary.
+/// The `tickmark` binary, built by Cargo if needed (it belongs to another
+/// package, so Cargo does not build it for this test on its own).
 fn binary() -> PathBuf {
-    let test = std::env::current_exe().expect("the test binary's path");
-    let profile_dir = test
-        .parent()
-        .and_then(|deps| deps.parent())
-        .expect("target/<profile>/deps/<test>");
-    let binary = profile_dir.join(format!("tickmark{}", std::env::consts::EXE_SUFFIX));
-    assert!(
-        binary.exists(),
-        "{} does not exist: build it first with `cargo build --workspace --all-targets`",
-        binary.display()
-    );
-    binary
+    tickmark_tests::cargo_bin("tickmark", "tickmark")
 }
 
 /// What one run of `tickmark` did.
@@ -657,6 +647,23 @@ async fn help_lists_commands_examples_and_exit_codes() {
             help.stdout.contains("Example"),
             "{command:?}: {}",
             help.stdout
+        );
+    }
+}
+
+/// A database URL's password never reaches the terminal, whatever fails.
+#[tokio::test]
+async fn errors_name_the_database_url_without_its_password() {
+    for url in [
+        "mysql://ops:s3cret-pw@db.internal/prod",
+        "postgres://ops:s3cret-pw@127.0.0.1:1/prod",
+    ] {
+        let run = run(&["--database-url", url, "status"]).await;
+        assert_ne!(run.code, 0, "{run:?}");
+        let said = format!("{}{}", run.stdout, run.stderr);
+        assert!(
+            !said.contains("s3cret-pw"),
+            "{url} leaked its password: {run:?}"
         );
     }
 }

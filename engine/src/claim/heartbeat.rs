@@ -7,20 +7,18 @@ use tokio::time::{Instant, MissedTickBehavior};
 use tokio_util::sync::CancellationToken;
 
 use super::LeaseBook;
-use crate::metrics::Metrics;
-use crate::runner::WorkerSignals;
 use crate::store::transient::retry_transient;
 use crate::store::Store;
 
 /// Renew every held lease each `every`, until `stop` fires. A lease the
-/// database no longer grants (taken over, expired) cancels its event.
+/// database no longer grants (taken over, expired) cancels its event, and
+/// `on_lost` hears how many were lost (the worker counts them).
 pub(crate) async fn heartbeat_loop(
     store: Arc<dyn Store>,
     book: Arc<LeaseBook>,
     lease_for: Duration,
     every: Duration,
-    signals: WorkerSignals,
-    metrics: Arc<Metrics>,
+    on_lost: impl Fn(usize) + Send,
     stop: CancellationToken,
 ) {
     let mut ticker = tokio::time::interval(every);
@@ -32,7 +30,7 @@ pub(crate) async fn heartbeat_loop(
             _ = ticker.tick() => {}
         }
         let expired = book.cancel_expired(Instant::now());
-        record_lost(&signals, &metrics, expired);
+        on_lost(expired);
         let leases = book.snapshot();
         if leases.is_empty() {
             continue;
@@ -45,16 +43,11 @@ pub(crate) async fn heartbeat_loop(
         match answer {
             Ok(renewed) => {
                 let lost = book.renewed(&leases, &renewed, sent_at, lease_for);
-                record_lost(&signals, &metrics, lost);
+                on_lost(lost);
             }
             Err(error) => {
                 tracing::warn!(%error, leases = leases.len(), "heartbeat failed; leases run out unless the next one succeeds");
             }
         }
     }
-}
-
-fn record_lost(signals: &WorkerSignals, metrics: &Metrics, lost: usize) {
-    signals.leases_lost(lost);
-    metrics.leases_lost(lost);
 }

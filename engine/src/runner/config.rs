@@ -3,6 +3,39 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
+/// A worker's settings that could never run correctly. Checked when the
+/// worker is built ([`Engine::worker`](crate::Engine::worker)), before anything runs.
+#[non_exhaustive]
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum WorkerConfigError {
+    /// A zero lease expires as it is granted: every step would be taken over.
+    #[error("the lease must be longer than zero (WorkerConfig::with_lease); 30 s is the default")]
+    ZeroLease,
+    /// The heartbeat must tick, and more often than the lease runs out.
+    #[error(
+        "the heartbeat interval ({heartbeat:?}) must be above zero and shorter than the lease \
+         ({lease:?}), or leases run out under running steps; a third of the lease is the default"
+    )]
+    HeartbeatNotWithinLease {
+        /// The configured heartbeat interval.
+        heartbeat: Duration,
+        /// The configured lease.
+        lease: Duration,
+    },
+    /// Idle polling needs an interval above zero (zero would spin).
+    #[error("poll_every must be above zero (WorkerConfig::with_poll_every); 2 s is the default")]
+    ZeroPollInterval,
+    /// A worker that may run no event at once never runs anything.
+    #[error("concurrency must be at least 1 (WorkerConfig::with_concurrency)")]
+    ZeroConcurrency,
+    /// A claim of zero events claims nothing.
+    #[error("claim_batch must be at least 1")]
+    ZeroClaimBatch,
+    /// A source or kind limit of zero would hold its events forever.
+    #[error("the concurrency limit for `{0}` must be at least 1")]
+    ZeroLimit(String),
+}
+
 /// A worker's settings. The defaults suit handlers from milliseconds to hours.
 #[derive(Debug, Clone)]
 pub struct WorkerConfig {
@@ -105,6 +138,40 @@ impl WorkerConfig {
     }
 }
 
+impl WorkerConfig {
+    /// Check settings a worker could never run correctly with (a zero lease,
+    /// a heartbeat not shorter than the lease, zero concurrency or polling).
+    pub fn validate(&self) -> Result<(), WorkerConfigError> {
+        if self.lease.is_zero() {
+            return Err(WorkerConfigError::ZeroLease);
+        }
+        if self.heartbeat_every.is_zero() || self.heartbeat_every >= self.lease {
+            return Err(WorkerConfigError::HeartbeatNotWithinLease {
+                heartbeat: self.heartbeat_every,
+                lease: self.lease,
+            });
+        }
+        if self.poll_every.is_zero() {
+            return Err(WorkerConfigError::ZeroPollInterval);
+        }
+        if self.concurrency == 0 {
+            return Err(WorkerConfigError::ZeroConcurrency);
+        }
+        if self.claim_batch == 0 {
+            return Err(WorkerConfigError::ZeroClaimBatch);
+        }
+        let zero_source = self.source_limits.iter().find(|(_, limit)| **limit == 0);
+        if let Some((source, _)) = zero_source {
+            return Err(WorkerConfigError::ZeroLimit(source.clone()));
+        }
+        let zero_kind = self.kind_limits.iter().find(|(_, limit)| **limit == 0);
+        if let Some(((source, kind), _)) = zero_kind {
+            return Err(WorkerConfigError::ZeroLimit(format!("{source}/{kind}")));
+        }
+        Ok(())
+    }
+}
+
 fn default_name() -> String {
     let host = std::env::var("HOSTNAME")
         .ok()
@@ -117,4 +184,58 @@ fn default_name() -> String {
         std::process::id(),
         rand::random::<u16>()
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_defaults_and_the_builders_are_valid() {
+        assert_eq!(WorkerConfig::default().validate(), Ok(()));
+        let built = WorkerConfig::default()
+            .with_lease(Duration::from_millis(300))
+            .with_concurrency(1)
+            .with_poll_every(Duration::from_millis(1));
+        assert_eq!(built.validate(), Ok(()));
+    }
+
+    #[test]
+    fn settings_that_could_never_run_are_refused() {
+        let zero_lease = WorkerConfig::default().with_lease(Duration::ZERO);
+        assert_eq!(zero_lease.validate(), Err(WorkerConfigError::ZeroLease));
+
+        let no_heartbeat = WorkerConfig {
+            heartbeat_every: Duration::ZERO,
+            ..WorkerConfig::default()
+        };
+        assert!(matches!(
+            no_heartbeat.validate(),
+            Err(WorkerConfigError::HeartbeatNotWithinLease { .. })
+        ));
+        let late_heartbeat = WorkerConfig {
+            heartbeat_every: Duration::from_secs(30),
+            ..WorkerConfig::default()
+        };
+        assert!(matches!(
+            late_heartbeat.validate(),
+            Err(WorkerConfigError::HeartbeatNotWithinLease { .. })
+        ));
+        let no_polling = WorkerConfig::default().with_poll_every(Duration::ZERO);
+        assert_eq!(
+            no_polling.validate(),
+            Err(WorkerConfigError::ZeroPollInterval)
+        );
+        let no_slots = WorkerConfig {
+            concurrency: 0,
+            ..WorkerConfig::default()
+        };
+        assert_eq!(no_slots.validate(), Err(WorkerConfigError::ZeroConcurrency));
+        let mut zero_limit = WorkerConfig::default();
+        zero_limit.source_limits.insert("shop".into(), 0);
+        assert_eq!(
+            zero_limit.validate(),
+            Err(WorkerConfigError::ZeroLimit("shop".into()))
+        );
+    }
 }

@@ -1,16 +1,20 @@
 //! The runner: a worker's claim loop, and the execution of one event's steps.
 
+mod claim_loop;
 mod config;
+mod event_end;
+mod event_task;
 mod limits;
 mod pace;
 mod plan_cache;
 mod run_event;
 mod run_step;
 mod settle;
+mod shared;
 mod signals;
 mod worker;
 
-pub use config::WorkerConfig;
+pub use config::{WorkerConfig, WorkerConfigError};
 pub(crate) use signals::WorkerSignals;
 pub use signals::WorkerStats;
 pub use worker::Worker;

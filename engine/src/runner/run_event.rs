@@ -4,69 +4,20 @@
 //! dead-letter, snooze, give back) is in `settle.rs`.
 
 use std::sync::Arc;
-use std::time::Duration;
 
 use chrono::Utc;
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
-use super::limits::Limits;
-use super::pace::Pace;
-use super::plan_cache::PlanCache;
+use super::event_end::EventEnd;
 use super::run_step::{run_step, StepInputs, StepRun};
 use super::settle::Settle;
-use super::{WorkerConfig, WorkerSignals};
-use crate::claim::LeaseBook;
+use super::shared::RunnerShared;
 use crate::context::StepOutputs;
-use crate::handler::Registry;
-use crate::metrics::Metrics;
 use crate::plan::Plan;
-use crate::resources::Resources;
 use crate::step::FailureKind;
 use crate::store::transient::retry_transient;
-use crate::store::{ClaimedEvent, Release, SequenceCheck, Store};
-
-/// What a worker's event tasks share.
-#[derive(Debug)]
-pub(crate) struct RunnerShared {
-    pub store: Arc<dyn Store>,
-    pub registry: Arc<Registry>,
-    pub resources: Resources,
-    pub metrics: Arc<Metrics>,
-    pub config: WorkerConfig,
-    pub signals: WorkerSignals,
-    pub book: Arc<LeaseBook>,
-    pub limits: Arc<Limits>,
-    pub plans: PlanCache,
-    pub pace: Pace,
-    /// Stop claiming; running events stop at their next step boundary.
-    pub shutdown: CancellationToken,
-    /// The grace period is over: cancel running steps.
-    pub hard_stop: CancellationToken,
-}
-
-/// How an event's run ended (for this worker).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum EventEnd {
-    /// Every step is done.
-    Done,
-    /// A step failed; its retry is scheduled.
-    RetryScheduled,
-    /// Dead-lettered.
-    Dead,
-    /// Parked on a plan this build cannot run.
-    Parked,
-    /// Recorded as stale: not newer than its resource's last applied event.
-    Stale,
-    /// Its step asked to run again later.
-    Snoozed,
-    /// Given back on shutdown.
-    Released,
-    /// The lease was taken over or expired: this worker changed nothing more.
-    LeaseLost,
-    /// The store kept failing; the lease will expire and another claim resumes.
-    Abandoned,
-}
+use crate::store::{ClaimedEvent, Release, SequenceCheck};
 
 pub(crate) async fn run_event(
     shared: &RunnerShared,
@@ -259,17 +210,5 @@ impl<'a> EventRun<'a> {
                 })
             }
         }
-    }
-}
-
-/// Round a delay for people: `250 ms`, `12.5 s`, `3.2 min`.
-pub(crate) fn human(delay: Duration) -> String {
-    let secs = delay.as_secs_f64();
-    if secs < 1.0 {
-        format!("{} ms", delay.as_millis())
-    } else if secs < 120.0 {
-        format!("{secs:.1} s")
-    } else {
-        format!("{:.1} min", secs / 60.0)
     }
 }

@@ -9,7 +9,8 @@ use std::time::Duration;
 use chrono::{DateTime, Utc};
 use tracing::{Instrument, Span};
 
-use super::run_event::{human, EventEnd, RunnerShared};
+use super::event_end::EventEnd;
+use super::shared::RunnerShared;
 use crate::plan::PlannedStep;
 use crate::retry::RetryPolicy;
 use crate::step::StepError;
@@ -290,5 +291,17 @@ impl<'a> Settle<'a> {
                 EventEnd::Abandoned
             }
         }
+    }
+}
+
+/// Round a delay for people: `250 ms`, `12.5 s`, `3.2 min`.
+pub(crate) fn human(delay: Duration) -> String {
+    let secs = delay.as_secs_f64();
+    if secs < 1.0 {
+        format!("{} ms", delay.as_millis())
+    } else if secs < 120.0 {
+        format!("{secs:.1} s")
+    } else {
+        format!("{:.1} min", secs / 60.0)
     }
 }

@@ -9,6 +9,7 @@ pub mod admin;
 mod decode;
 mod error;
 pub(crate) mod group_commit;
+pub mod portable_query;
 pub mod postgres;
 mod records;
 pub mod sqlite;
@@ -21,6 +22,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 pub use error::StoreError;
+pub use portable_query::{PortableQuery, PortableRow, SqlValue};
 pub use records::{
     AfterFailure, ClaimParams, ClaimedEvent, EventCounts, EventInsert, EventRecord, InsertOutcome,
     Lease, MarkDone, MarkFailed, PlanGroup, Release, SequenceCheck, StepStatus, KIND_SEPARATOR,
@@ -159,7 +161,22 @@ pub async fn connect(url: &str) -> Result<Arc<dyn Store>, StoreError> {
     } else if url.starts_with("postgres:") || url.starts_with("postgresql:") {
         Arc::new(postgres::PostgresStore::connect(url).await?)
     } else {
-        return Err(StoreError::UnsupportedUrl(url.to_owned()));
+        return Err(StoreError::UnsupportedUrl(
+            crate::redact_url(url).into_owned(),
+        ));
     };
     Ok(store)
+}
+
+#[cfg(test)]
+mod tests {
+    #[tokio::test]
+    async fn an_unsupported_url_is_named_without_its_password() {
+        let error = super::connect("mysql://app:s3cret@db/prod")
+            .await
+            .expect_err("mysql is not a backend");
+        let said = error.to_string();
+        assert!(!said.contains("s3cret"), "{said}");
+        assert!(said.contains("mysql://app:***@db/prod"), "{said}");
+    }
 }

@@ -4,23 +4,27 @@
 use sqlx::{PgConnection, Postgres, Sqlite, SqliteConnection, Transaction};
 use tokio::sync::OwnedMutexGuard;
 
-use super::Backend;
+use super::portable_query::PortableQuery;
+use super::{Backend, StoreError};
 
 /// An open transaction on the engine's database. A transactional step writes
 /// through it; the engine then marks the step done in it and commits. If the
 /// mark is refused (the lease was lost) or the step fails, everything rolls back.
 ///
+/// Write the SQL once for both backends with [`query`](Self::query) (`$1`,
+/// `$2` placeholders), or reach the backend's own connection with
+/// [`postgres`](Self::postgres) / [`sqlite`](Self::sqlite) for what only one
+/// of them can say.
+///
 /// ```no_run
 /// # use tickmark::{StepContext, StepResult};
 /// # async fn run(ctx: &mut StepContext<'_>) -> StepResult {
 /// let customer = ctx.event().payload["customer"].as_str().unwrap_or_default().to_owned();
-/// let tx = ctx.transaction()?;
-/// let sql = "INSERT INTO credits (customer) VALUES ($1)";
-/// if let Some(conn) = tx.postgres() {
-///     sqlx::query(sql).bind(&customer).execute(conn).await?;
-/// } else if let Some(conn) = tx.sqlite() {
-///     sqlx::query(sql).bind(&customer).execute(conn).await?;
-/// }
+/// ctx.transaction()?
+///     .query("INSERT INTO credits (customer) VALUES ($1)")
+///     .bind(customer)
+///     .execute()
+///     .await?;
 /// # Ok(serde_json::Value::Null) }
 /// ```
 #[derive(Debug)]
@@ -59,6 +63,28 @@ impl StepTransaction {
 
     pub(crate) fn into_inner(self) -> Inner {
         self.inner
+    }
+
+    pub(crate) fn inner_mut(&mut self) -> &mut Inner {
+        &mut self.inner
+    }
+
+    /// A statement in SQL both backends accept (`$1`, `$2`, … placeholders),
+    /// to run in this transaction: bind its arguments, then `execute()` or
+    /// `fetch_one()` / `fetch_optional()` / `fetch_all()`.
+    pub fn query<'t>(&'t mut self, sql: &'t str) -> PortableQuery<'t> {
+        PortableQuery::new(self, sql)
+    }
+
+    /// Commit a transaction opened with
+    /// [`Engine::transaction`](crate::Engine::transaction). (A transactional
+    /// step never commits its own: the engine commits it with the mark.)
+    pub async fn commit(self) -> Result<(), StoreError> {
+        match self.inner {
+            Inner::Postgres(transaction) => transaction.commit().await?,
+            Inner::Sqlite { transaction, .. } => transaction.commit().await?,
+        }
+        Ok(())
     }
 
     /// Which database the transaction is on.

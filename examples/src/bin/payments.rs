@@ -156,9 +156,12 @@ async fn run(args: Args) -> Result<(), String> {
             args.out_dir.display()
         )
     })?;
-    let (store, _app_db) = payments::open(&args.database_url)
-        .await
-        .map_err(|e| format!("cannot open the database {}: {e}", args.database_url))?;
+    let (store, _app_db) = payments::open(&args.database_url).await.map_err(|e| {
+        format!(
+            "cannot open the database {}: {e}",
+            tickmark::redact_url(&args.database_url)
+        )
+    })?;
     let settings = Settings {
         receipt_url: args.receipt_url.clone(),
         out_dir: args.out_dir.clone(),
@@ -200,7 +203,7 @@ async fn run(args: Args) -> Result<(), String> {
         .local_addr()
         .map_err(|e| format!("cannot read the listening address: {e}"))?;
     tracing::info!(
-        database = %redact(&args.database_url),
+        database = %tickmark::redact_url(&args.database_url),
         receipts = args.receipt_url.as_ref().map(ToString::to_string).unwrap_or_else(|| "skipped".into()),
         out_dir = %args.out_dir.display(),
         render_secs = args.render_secs,
@@ -301,21 +304,5 @@ async fn shutdown_signal() {
     #[cfg(not(unix))]
     {
         let _ = interrupt.await;
-    }
-}
-
-/// The URL without a password, for the log.
-fn redact(url: &str) -> String {
-    match (url.find("://"), url.rfind('@')) {
-        (Some(scheme_end), Some(at)) if at > scheme_end => {
-            let userinfo = &url[scheme_end + 3..at];
-            match userinfo.split_once(':') {
-                Some((user, _password)) => {
-                    format!("{}{user}:***{}", &url[..scheme_end + 3], &url[at..])
-                }
-                None => url.to_owned(),
-            }
-        }
-        _ => url.to_owned(),
     }
 }

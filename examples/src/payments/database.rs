@@ -46,7 +46,9 @@ pub async fn open(url: &str) -> Result<(Arc<dyn Store>, AppDatabase), StoreError
         let pool = store.pool().clone();
         (Arc::new(store), AppDatabase::Postgres(pool))
     } else {
-        return Err(StoreError::UnsupportedUrl(url.to_owned()));
+        return Err(StoreError::UnsupportedUrl(
+            tickmark::redact_url(url).into_owned(),
+        ));
     };
     app.create_tables().await?;
     Ok((store, app))

@@ -7,6 +7,7 @@ pub mod fencing;
 pub mod inbox;
 pub mod long_handlers;
 pub mod ordering;
+pub mod portable_sql;
 pub mod retries;
 pub mod running;
 pub mod shutdown;
@@ -100,6 +101,8 @@ macro_rules! conformance_suite {
             admin::prune_deletes_only_finished_events_older_than_the_cutoff,
             admin::status_counts_states_stuck_events_and_throughput,
             admin::events_are_listed_and_looked_up_by_number_or_key,
+            portable_sql::a_transactional_step_written_once_runs_on_either_backend,
+            portable_sql::an_engine_transaction_dropped_uncommitted_rolls_back,
         );
     };
     (@cases $backend:expr; $($module:ident :: $case:ident),+ $(,)?) => {
