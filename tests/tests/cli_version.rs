@@ -8,70 +8,20 @@
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
-use std::sync::OnceLock;
 
 use serde_json::Value;
 use tickmark::Backend;
 use tickmark_tests::TestDb;
 
-/// The `tickmark` binary and the version of the package it was built from.
-struct Built {
-    executable: PathBuf,
-    version: String,
+/// The `tickmark` binary, built with its default features (found through
+/// Cargo, not guessed).
+fn tickmark_binary() -> PathBuf {
+    tickmark_tests::cargo_bin("tickmark", "tickmark")
 }
 
-/// Ask Cargo to build the `tickmark` binary (default features) and where it
-/// put it, instead of guessing at `target/debug`. Once per test process.
-///
-/// `--workspace` resolves features as `cargo build --workspace --all-targets`
-/// (CI's first step) and `cargo nextest run --workspace` do, so after either
-/// this is a no-op. `-p tickmark` alone would resolve them for tickmark by
-/// itself and recompile sqlx, tokio and axum (two minutes on a 2-core machine)
-/// inside a test; `scripts/package-check` covers that build, as
-/// `cargo install` does it, from the package.
-// A shared helper for this is coming in tests/src; switch to it then.
-fn tickmark_binary() -> &'static Built {
-    static BUILT: OnceLock<Built> = OnceLock::new();
-    BUILT.get_or_init(|| {
-        let output = Command::new(env!("CARGO"))
-            .current_dir(workspace_root())
-            .args([
-                "build",
-                "--workspace",
-                "--bin",
-                "tickmark",
-                "--message-format=json-render-diagnostics",
-            ])
-            .output()
-            .expect("run cargo build");
-        assert!(
-            output.status.success(),
-            "cargo build --workspace --bin tickmark failed:\n{}",
-            String::from_utf8_lossy(&output.stderr)
-        );
-        let stdout = String::from_utf8_lossy(&output.stdout);
-        stdout
-            .lines()
-            .filter_map(|line| serde_json::from_str::<Value>(line).ok())
-            .filter(|message| message["reason"] == "compiler-artifact")
-            .filter(|message| message["target"]["name"] == "tickmark")
-            .find_map(|message| {
-                let executable = message["executable"].as_str()?;
-                Some(Built {
-                    executable: PathBuf::from(executable),
-                    version: package_version(message["package_id"].as_str()?),
-                })
-            })
-            .unwrap_or_else(|| panic!("cargo built no `tickmark` executable:\n{stdout}"))
-    })
-}
-
-/// The version in a Cargo package id: `path+file:///…/engine#tickmark@0.1.0`,
-/// or `…/tickmark#0.1.0` when the directory is named after the package.
-fn package_version(package_id: &str) -> String {
-    let fragment = package_id.rsplit('#').next().unwrap_or(package_id);
-    fragment.rsplit('@').next().unwrap_or(fragment).to_owned()
-}
+/// tickmark's version: every package of the workspace takes
+/// `[workspace.package] version`, this test's package too.
+const VERSION: &str = env!("CARGO_PKG_VERSION");
 
 fn workspace_root() -> &'static Path {
     Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -103,7 +53,7 @@ struct Run {
 }
 
 fn tickmark(args: &[&str]) -> Run {
-    let output = Command::new(&tickmark_binary().executable)
+    let output = Command::new(tickmark_binary())
         .args(args)
         .env_remove("DATABASE_URL")
         .output()
@@ -121,7 +71,7 @@ fn version_names_the_crate_and_the_schema_of_each_backend() {
     assert_eq!(run.code, Some(0), "{run:?}");
     let expected = format!(
         "tickmark {} (schema: postgres {}, sqlite {})\n",
-        tickmark_binary().version,
+        VERSION,
         newest_migration_file(Backend::Postgres),
         newest_migration_file(Backend::Sqlite),
     );
