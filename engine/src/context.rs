@@ -9,11 +9,9 @@ use std::time::{Duration, Instant};
 use serde::de::DeserializeOwned;
 use tokio_util::sync::CancellationToken;
 
-use crate::event::{Event, NewEvent};
-use crate::handler::Registry;
-use crate::inbox::Accepted;
+use crate::event::{Accepted, Event, NewEvent};
+use crate::outcome::StepError;
 use crate::resources::Resources;
-use crate::step::StepError;
 use crate::store::{Lease, StepTransaction, Store, StoreError};
 
 /// Progress reports closer together than this are not written (the latest
@@ -35,6 +33,16 @@ impl<'a> ProgressReporter<'a> {
             last_written: Mutex::new(None),
         }
     }
+}
+
+/// Where a step's follow-up events go ([`StepContext::enqueue`]): the
+/// engine's inbox, which knows the handlers. The runner lends one to each
+/// step; the context itself knows nothing of handlers or the inbox.
+#[async_trait::async_trait]
+pub(crate) trait FollowUps: Send + Sync {
+    /// Accept `event` as the receiver would, or refuse it (a kind nobody
+    /// handles would be recorded as ignored and never run).
+    async fn accept(&self, event: &NewEvent) -> Result<Accepted, StepError>;
 }
 
 /// The outputs of the steps of one event that are already marked done, by step name.
@@ -79,7 +87,7 @@ pub struct StepContext<'a> {
     transaction: Option<&'a mut StepTransaction>,
     resources: &'a Resources,
     progress: Option<ProgressReporter<'a>>,
-    inbox: Option<(&'a dyn Store, &'a Registry)>,
+    follow_ups: Option<&'a dyn FollowUps>,
 }
 
 impl<'a> StepContext<'a> {
@@ -103,12 +111,12 @@ impl<'a> StepContext<'a> {
             transaction,
             resources,
             progress: None,
-            inbox: None,
+            follow_ups: None,
         }
     }
 
-    pub(crate) fn with_inbox(mut self, store: &'a dyn Store, registry: &'a Registry) -> Self {
-        self.inbox = Some((store, registry));
+    pub(crate) fn with_follow_ups(mut self, follow_ups: &'a dyn FollowUps) -> Self {
+        self.follow_ups = Some(follow_ups);
         self
     }
 
@@ -118,21 +126,12 @@ impl<'a> StepContext<'a> {
     /// `NewEvent::with_id("outbox", ctx.idempotency_key(), …)`) and a re-run
     /// of this step is a duplicate, not a second event.
     pub async fn enqueue(&self, event: NewEvent) -> Result<Accepted, StepError> {
-        let Some((store, registry)) = self.inbox else {
+        let Some(follow_ups) = self.follow_ups else {
             return Err(StepError::retryable(
                 "this context has no inbox (built outside a worker)",
             ));
         };
-        // A follow-up nobody handles would be recorded as ignored, and a later
-        // re-run of this step would find it a duplicate: refuse, write nothing.
-        if registry.find(&event.source, &event.kind).is_none() {
-            return Err(StepError::terminal(format!(
-                "no handler is registered for ({}, {}) in this process; register one \
-                 (for the outbox: tickmark_steps::outbox::handler()), deploy, then retry this event",
-                event.source, event.kind
-            )));
-        }
-        Ok(crate::inbox::accept(store, registry, &event).await?)
+        follow_ups.accept(&event).await
     }
 
     pub(crate) fn with_progress(mut self, reporter: ProgressReporter<'a>) -> Self {

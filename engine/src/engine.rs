@@ -7,7 +7,7 @@ use crate::handler::{ConfigError, Handlers, Registry};
 use crate::inbox::{self, Accepted};
 use crate::metrics::Metrics;
 use crate::resources::Resources;
-use crate::runner::{Worker, WorkerConfig};
+use crate::runner::{Worker, WorkerConfig, WorkerConfigError};
 use crate::store::{StepTransaction, Store, StoreError};
 
 /// Accepts events into the inbox and makes workers that run them.
@@ -48,15 +48,18 @@ impl Engine {
     }
 
     /// A worker that runs this engine's events with `config`. Workers need no
-    /// handlers: each event carries its plan.
-    pub fn worker(&self, config: WorkerConfig) -> Worker {
-        Worker::new(
+    /// handlers: each event carries its plan. Settings a worker could never
+    /// run with (a zero lease, a heartbeat not shorter than the lease, zero
+    /// concurrency or polling) are refused here, before anything runs.
+    pub fn worker(&self, config: WorkerConfig) -> Result<Worker, WorkerConfigError> {
+        config.validate()?;
+        Ok(Worker::new(
             Arc::clone(&self.store),
             Arc::clone(&self.registry),
             self.resources.clone(),
             Arc::clone(&self.metrics),
             config,
-        )
+        ))
     }
 
     /// This process's counters, shared by the receiver and the workers;
@@ -78,5 +81,33 @@ impl Engine {
     /// The store, for reading the step-status table.
     pub fn store(&self) -> &Arc<dyn Store> {
         &self.store
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+    use crate::handler::Handlers;
+
+    /// Before, a zero lease was accepted and the heartbeat's interval
+    /// panicked inside its task, where the panic was swallowed: the worker
+    /// ran with no heartbeat. Now it is refused when the worker is built.
+    #[tokio::test]
+    async fn a_worker_with_settings_that_could_never_run_is_refused_when_built() {
+        let dir = tempfile::tempdir().unwrap();
+        let url = format!("sqlite://{}", dir.path().join("engine.db").display());
+        let engine = Engine::new(crate::connect(&url).await.unwrap(), Handlers::new()).unwrap();
+
+        let zero_lease = engine.worker(WorkerConfig::default().with_lease(Duration::ZERO));
+        assert!(matches!(zero_lease, Err(WorkerConfigError::ZeroLease)));
+        let no_heartbeat = engine.worker(WorkerConfig {
+            heartbeat_every: Duration::ZERO,
+            ..WorkerConfig::default()
+        });
+        let error = no_heartbeat.expect_err("a zero heartbeat is refused");
+        assert!(error.to_string().contains("heartbeat"), "{error}");
+        assert!(engine.worker(WorkerConfig::default()).is_ok());
     }
 }

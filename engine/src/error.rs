@@ -1,6 +1,7 @@
 //! The crate-level error: what can fail when setting tickmark up and using it.
 
 use crate::handler::ConfigError;
+use crate::runner::WorkerConfigError;
 use crate::store::StoreError;
 
 /// Any tickmark error.
@@ -13,4 +14,7 @@ pub enum Error {
     /// A handler definition is wrong.
     #[error(transparent)]
     Config(#[from] ConfigError),
+    /// A worker's settings could never run.
+    #[error(transparent)]
+    WorkerConfig(#[from] WorkerConfigError),
 }

@@ -9,7 +9,7 @@ use std::str::FromStr;
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 
-use crate::inbox;
+use crate::dedup_key;
 
 /// One accepted delivery's content.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -41,6 +41,12 @@ pub struct NewEvent {
     pub payload: serde_json::Value,
     /// Run not before this time (`None`: at once).
     pub not_before: Option<DateTime<Utc>>,
+    /// A second dedup key, for sources whose signature does not cover the
+    /// id: derived from what it does cover (the receiver's providers set it).
+    /// The inbox refuses an event whose (source, replay key) it already has,
+    /// as it refuses one whose (source, dedup key) it has. `None`: the dedup
+    /// key alone decides.
+    pub replay_key: Option<String>,
 }
 
 impl NewEvent {
@@ -57,6 +63,7 @@ impl NewEvent {
             kind: kind.into(),
             payload,
             not_before: None,
+            replay_key: None,
         }
     }
 
@@ -70,11 +77,18 @@ impl NewEvent {
     ) -> Self {
         Self {
             source: source.into(),
-            dedup_key: inbox::body_hash(raw_body),
+            dedup_key: dedup_key::body_hash(raw_body),
             kind: kind.into(),
             payload,
             not_before: None,
+            replay_key: None,
         }
+    }
+
+    /// Deduplicate on `key` too (see [`NewEvent::replay_key`]).
+    pub fn with_replay_key(mut self, key: impl Into<String>) -> Self {
+        self.replay_key = Some(key.into());
+        self
     }
 
     /// Delay the event: accepted now, run not before `at`.
@@ -272,5 +286,31 @@ mod tests {
         let b = NewEvent::from_body("twilio", "message", b"Body=hi", serde_json::json!({}));
         assert_eq!(a.dedup_key, b.dedup_key);
         assert!(a.dedup_key.starts_with("sha256:"));
+    }
+}
+
+/// The inbox's answer to a delivery: the dedup decision.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case", tag = "outcome")]
+pub enum Accepted {
+    /// First delivery: recorded, and its handler's steps will run.
+    New {
+        /// The event's row number.
+        seq: i64,
+    },
+    /// First delivery of a (source, kind) with no handler: recorded as ignored,
+    /// so redeliveries are duplicates and the provider can stop retrying.
+    Ignored {
+        /// The event's row number.
+        seq: i64,
+    },
+    /// Already accepted earlier: nothing was written, nothing will run again.
+    Duplicate,
+}
+
+impl Accepted {
+    /// Whether this delivery was the first.
+    pub fn is_new(&self) -> bool {
+        !matches!(self, Accepted::Duplicate)
     }
 }

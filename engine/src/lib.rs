@@ -56,7 +56,7 @@
 //! assert_eq!(again, tickmark::Accepted::Duplicate);
 //!
 //! // A worker runs the steps (usually forever: `worker.run(shutdown_token)`).
-//! engine.worker(WorkerConfig::default()).run_until_idle().await?;
+//! engine.worker(WorkerConfig::default())?.run_until_idle().await?;
 //!
 //! // The step-status table.
 //! let event = engine.store().event_find("shop", "evt_1").await?.expect("accepted");
@@ -80,6 +80,7 @@
 //! | [`retry`] | the durable retry schedule |
 //! | [`store`] | one `Store` trait; `postgres` and `sqlite` modules |
 //! | [`receiver`] | the axum webhook receiver; one verifier per provider in `receiver::providers` |
+//! | [`operator`] | the operator's actions (retry, cancel, skip, mark done by hand) and the rules they follow |
 //! | [`cli`] | `tickmark`, the operator's command line: status, events, retry, skip, prune |
 //! | [`metrics`] | counters and queue gauges in the Prometheus text format |
 //! | [`dashboard`] | the operators' web page: overview, event list, step-status table, retry button |
@@ -102,6 +103,7 @@ mod claim;
 pub mod cli;
 pub mod context;
 pub mod dashboard;
+mod dedup_key;
 mod engine;
 mod error;
 pub mod event;
@@ -109,8 +111,10 @@ pub mod handler;
 mod idempotency;
 pub mod inbox;
 pub mod metrics;
+pub mod operator;
 pub mod ops;
 pub mod ordering;
+pub mod outcome;
 pub mod plan;
 pub mod receiver;
 mod redact;
@@ -133,7 +137,7 @@ pub use receiver::Receiver;
 pub use redact::redact_url;
 pub use resources::Resources;
 pub use retry::RetryPolicy;
-pub use runner::{Worker, WorkerConfig, WorkerStats};
+pub use runner::{Worker, WorkerConfig, WorkerConfigError, WorkerStats};
 pub use step::{FailureKind, Step, StepError, StepResult, TerminalExt};
 pub use store::{connect, Backend, StepTransaction, Store, StoreError};
 

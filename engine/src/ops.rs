@@ -3,10 +3,16 @@
 //!
 //! | route | answer |
 //! |---|---|
-//! | `GET /metrics` | this process's counters and the database's queue gauges in the Prometheus text format ([`metrics::render`]); 503 with a text body when the database is unavailable, 500 on another store error |
-//! | the [`Dashboard`]'s routes | when one is given: `/`, `/events`, `/events/{seq}`, `POST /events/{seq}/retry` |
+//! | `GET /metrics` | this process's counters and the database's queue gauges in the OpenMetrics text format ([`metrics::render`]); 503 with a text body when the database is unavailable, 500 on another store error |
+//! | the [`Dashboard`]'s routes | when one is given: `/`, `/events`, `/events/{seq}`, `POST /events/{seq}/retry`, `/login`, `/logout` |
 //!
-//! `/metrics` needs no token: it shows counts and step names, never payloads.
+//! With a dashboard that has a token, `/metrics` needs that token too
+//! (`Authorization: Bearer <token>`, Prometheus's `authorization` setting, or
+//! a signed-in browser's session), unless the dashboard says
+//! [`metrics_public`](Dashboard::metrics_public). Without a dashboard, or
+//! with one that has no token, there is no token to ask for and `/metrics`
+//! is open: serve the router on a private address. It shows counts, source
+//! and step names, never payloads.
 //!
 //! ```
 //! use tickmark::{Engine, Handlers, Receiver};
@@ -16,7 +22,7 @@
 //! # let url = format!("sqlite://{}", dir.path().join("ops.db").display());
 //! let engine = Engine::new(tickmark::connect(&url).await?, Handlers::new())?;
 //! let webhooks = Receiver::new(engine.clone()).router(); // the public address
-//! let ops = tickmark::ops::router(engine, None); // a private one: just /metrics
+//! let ops = tickmark::ops::router(engine, None); // a private one: just /metrics, open
 //! # let _ = (webhooks, ops);
 //! # Ok(())
 //! # }
@@ -26,20 +32,24 @@ use axum::extract::State;
 use axum::http::{header, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
-use axum::Router;
+use axum::{middleware, Router};
 
-use crate::dashboard::Dashboard;
+use crate::dashboard::{guard_metrics, Dashboard};
 use crate::engine::Engine;
 use crate::metrics;
 
-/// The content type of the Prometheus text exposition format.
-pub const METRICS_CONTENT_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";
+/// The content type `/metrics` answers with: the OpenMetrics text format,
+/// which `prometheus-client` writes and Prometheus asks for first.
+pub const METRICS_CONTENT_TYPE: &str = metrics::CONTENT_TYPE;
 
 /// `GET /metrics` for `engine`, and `dashboard`'s pages when given.
 pub fn router(engine: Engine, dashboard: Option<Dashboard>) -> Router {
-    let metrics = Router::new()
+    let mut metrics = Router::new()
         .route("/metrics", get(serve_metrics))
         .with_state(engine);
+    if let Some(auth) = dashboard.as_ref().and_then(Dashboard::metrics_auth) {
+        metrics = metrics.layer(middleware::from_fn_with_state(auth, guard_metrics));
+    }
     match dashboard {
         Some(dashboard) => metrics.merge(dashboard.router()),
         None => metrics,

@@ -52,6 +52,7 @@ async fn plans_check_passes_for_known_steps_and_flags_unknown_ones() {
             not_before: None,
             resource_key: None,
             resource_seq: None,
+            replay_key: None,
         })
         .await
         .unwrap();

@@ -322,7 +322,7 @@ impl FuzzDelivery {
 
 /// Sign `headers` and `body` for `scheme` as the provider would, replacing
 /// the signature (and timestamp) headers.
-fn sign(
+pub(crate) fn sign(
     scheme: Scheme,
     variant: u8,
     signing: &Signing,

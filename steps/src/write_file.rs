@@ -8,6 +8,12 @@
 //! power cut. Temporary names start with `.` (a file name never does) and are
 //! fixed per attempt (`.{name}.{attempt}.tmp`), so a later attempt removes
 //! what a crashed one left.
+//!
+//! Nothing planted in the directory is followed: the temporary file is
+//! created new (`create_new`: `O_CREAT | O_EXCL`, which refuses an existing
+//! name, a symbolic link included) and, on unix, opened with `O_NOFOLLOW`;
+//! a sub-directory that exists as a symbolic link is refused; the rename
+//! replaces a link at the target name instead of writing through it.
 
 use std::fs::{self, File, OpenOptions};
 use std::io::{self, Write as _};
@@ -25,6 +31,10 @@ use crate::value_from::ValueFrom;
 /// With the extension and the temporary suffix a name stays well under the
 /// usual 255-byte limit.
 pub const MAX_STEM_BYTES: usize = 180;
+
+/// What ends a name that carries the id's hash: `%-` (which escaping never
+/// makes) and 64 hex digits.
+const HASH_SUFFIX_BYTES: usize = 2 + 64;
 
 /// The longest extension accepted, in bytes.
 pub const MAX_EXTENSION_BYTES: usize = 16;
@@ -50,7 +60,8 @@ impl OutputDir {
 ///
 /// - **Name**: the event id with every byte outside `[A-Za-z0-9._-]` (and a
 ///   leading `.`) written as `%XX`, so an id is never a path, never `.` or
-///   `..`, never hidden, and two ids never share a name ([`file_name_for`]).
+///   `..`, never hidden, and two ids never share a name, even on a
+///   file system that ignores case ([`file_name_for`]).
 /// - **Content**: a [`ValueFrom`]: the event payload, a JSON pointer into an
 ///   earlier step's output, a fixed value, or a template (`{event_id}`,
 ///   `{source}`, `{kind}`, …). A string is written as it is; any other value as
@@ -80,7 +91,7 @@ impl OutputDir {
 /// engine
 ///     .accept(NewEvent::with_id("shop", "ord/7", "order.paid", serde_json::json!({"total": 5})))
 ///     .await?;
-/// engine.worker(WorkerConfig::default()).run_until_idle().await?;
+/// engine.worker(WorkerConfig::default())?.run_until_idle().await?;
 ///
 /// let written = std::fs::read_to_string(out.join("orders").join("ord%2F7.json"))?;
 /// assert_eq!(serde_json::from_str::<serde_json::Value>(&written)?["total"], 5);
@@ -182,17 +193,34 @@ impl Step for WriteFile {
 /// `[A-Za-z0-9._-]` as they are, every other byte as `%XX` (upper-case hex),
 /// and a leading `.` as `%2E`. So a name is never empty, never `.` or `..`,
 /// never hidden, never contains a separator, and two ids never share a name
-/// (`%` itself is escaped). A name longer than [`MAX_STEM_BYTES`] is cut and
-/// ends in `%-` + the SHA-256 of the id in hex — `%-` never comes out of
-/// escaping, so it cannot collide with a short id's name either.
+/// (`%` itself is escaped).
+///
+/// Two more rules keep that true everywhere:
+///
+/// - **Case**: on a file system that ignores case (macOS, Windows by
+///   default) `Evt_1` and `evt_1` would be one file. So an id with an
+///   upper-case ASCII letter gets `%-` + the SHA-256 of the exact id (64 hex
+///   digits) appended: names that differ only in case then differ in the
+///   hash. Lower-case letters, digits and the escapes' upper-case hex never
+///   make two names equal when case is ignored, so other ids keep their
+///   plain name.
+/// - **Length**: a name longer than [`MAX_STEM_BYTES`] is cut (never inside
+///   a `%XX`) and gets the same `%-` + hash suffix.
+///
+/// `%-` never comes out of escaping, so a hashed name cannot collide with a
+/// plain one.
 ///
 /// ```
 /// use tickmark_steps::write_file::file_name_for;
 ///
-/// assert_eq!(file_name_for("evt_1N9.x-y"), "evt_1N9.x-y");
+/// assert_eq!(file_name_for("evt_1n9.x-y"), "evt_1n9.x-y");
 /// assert_eq!(file_name_for("../etc/passwd"), "%2E.%2Fetc%2Fpasswd");
 /// assert_eq!(file_name_for("a b%"), "a%20b%25");
 /// assert_eq!(file_name_for(""), "%");
+/// // Upper case: the exact id's hash is appended.
+/// let name = file_name_for("evt_1N9");
+/// assert!(name.starts_with("evt_1N9%-") && name.len() == "evt_1N9".len() + 66);
+/// assert_ne!(file_name_for("EVT_1n9").to_lowercase(), name.to_lowercase());
 /// ```
 pub fn file_name_for(event_id: &str) -> String {
     if event_id.is_empty() {
@@ -208,11 +236,11 @@ pub fn file_name_for(event_id: &str) -> String {
             name.push_str(&format!("%{byte:02X}"));
         }
     }
-    if name.len() <= MAX_STEM_BYTES {
+    let has_upper_case = event_id.bytes().any(|b| b.is_ascii_uppercase());
+    if name.len() <= MAX_STEM_BYTES && !has_upper_case {
         return name;
     }
-    let digest = hex_digest(event_id.as_bytes());
-    let mut keep = MAX_STEM_BYTES - 2 - digest.len();
+    let mut keep = name.len().min(MAX_STEM_BYTES - HASH_SUFFIX_BYTES);
     // Never cut inside a `%XX`.
     while let Some(percent) = name[..keep].rfind('%') {
         if percent + 3 <= keep {
@@ -222,7 +250,7 @@ pub fn file_name_for(event_id: &str) -> String {
     }
     name.truncate(keep);
     name.push_str("%-");
-    name.push_str(&digest);
+    name.push_str(&hex_digest(event_id.as_bytes()));
     name
 }
 
@@ -274,7 +302,20 @@ fn create_dirs(base: &Path, subdir: &Path) -> io::Result<PathBuf> {
         dir.push(part);
         match fs::create_dir(&dir) {
             Ok(()) => sync_dir(&parent)?,
-            Err(error) if error.kind() == io::ErrorKind::AlreadyExists && dir.is_dir() => {}
+            // An existing directory, not a link to one (`symlink_metadata`
+            // does not follow links): files go nowhere someone else points.
+            Err(error)
+                if error.kind() == io::ErrorKind::AlreadyExists
+                    && fs::symlink_metadata(&dir)?.file_type().is_dir() => {}
+            Err(error) if error.kind() == io::ErrorKind::AlreadyExists => {
+                return Err(io::Error::new(
+                    io::ErrorKind::InvalidInput,
+                    format!(
+                        "{} exists and is not a directory (a symbolic link is not followed)",
+                        dir.display()
+                    ),
+                ))
+            }
             Err(error) => return Err(error),
         }
     }
@@ -283,8 +324,10 @@ fn create_dirs(base: &Path, subdir: &Path) -> io::Result<PathBuf> {
 
 /// Write `bytes` to `dir/name` atomically (see the module documentation).
 fn write_atomically(dir: &Path, name: &str, bytes: &[u8], attempt: u32) -> io::Result<PathBuf> {
-    // What crashed earlier attempts may have left.
-    for earlier in attempt.saturating_sub(CLEANUP_ATTEMPTS)..attempt {
+    // What crashed earlier attempts may have left, this attempt's number
+    // included (a release at shutdown gives the attempt back). Removing a
+    // name removes a link, never what it points to.
+    for earlier in attempt.saturating_sub(CLEANUP_ATTEMPTS)..=attempt {
         match fs::remove_file(dir.join(temp_name(name, earlier))) {
             Err(error) if error.kind() != io::ErrorKind::NotFound => return Err(error),
             _ => {}
@@ -293,11 +336,7 @@ fn write_atomically(dir: &Path, name: &str, bytes: &[u8], attempt: u32) -> io::R
     let target = dir.join(name);
     let temp = dir.join(temp_name(name, attempt));
     let result = (|| {
-        let mut file = OpenOptions::new()
-            .write(true)
-            .create(true)
-            .truncate(true)
-            .open(&temp)?;
+        let mut file = create_new_no_follow(&temp)?;
         file.write_all(bytes)?;
         file.sync_all()?;
         drop(file);
@@ -308,6 +347,20 @@ fn write_atomically(dir: &Path, name: &str, bytes: &[u8], attempt: u32) -> io::R
         let _ = fs::remove_file(&temp);
     }
     result.map(|()| target)
+}
+
+/// Create `path` for writing: a new file (`O_CREAT | O_EXCL`: an existing
+/// name, a symbolic link included, is an error, never opened or truncated),
+/// and on unix with `O_NOFOLLOW` as well.
+fn create_new_no_follow(path: &Path) -> io::Result<File> {
+    let mut options = OpenOptions::new();
+    options.write(true).create_new(true);
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::OpenOptionsExt as _;
+        options.custom_flags(libc::O_NOFOLLOW);
+    }
+    options.open(path)
 }
 
 /// The temporary name of attempt `attempt` writing `name`.
@@ -335,15 +388,41 @@ mod tests {
 
     #[test]
     fn plain_ids_are_kept() {
-        for id in [
-            "evt_1",
-            "msg_2KWPBgLlAfxdpx2AI54pPJ85f4W",
-            "a.b-c_d",
-            "x..y",
-            "A9",
-        ] {
+        for id in ["evt_1", "a.b-c_d", "x..y", "9", "0f1b8a3e-3c5f-4bd6"] {
             assert_eq!(file_name_for(id), id);
         }
+    }
+
+    /// An id with an upper-case letter keeps its text and gets the exact
+    /// id's hash: ids that differ only in case never share a name on a file
+    /// system that ignores case, nor collide with a plain name.
+    #[test]
+    fn names_differ_even_when_case_is_ignored() {
+        let name = file_name_for("msg_2KWPBgLlAfxdpx2AI54pPJ85f4W");
+        assert_eq!(
+            name,
+            format!(
+                "msg_2KWPBgLlAfxdpx2AI54pPJ85f4W%-{}",
+                hex_digest(b"msg_2KWPBgLlAfxdpx2AI54pPJ85f4W")
+            )
+        );
+        let ids = [
+            "evt_1n9", "evt_1N9", "EVT_1N9", "Evt_1n9", "a", "A", "%41", "a%2F", "A/", "é", "É",
+            "ab", "aB", "Ab", "AB",
+        ];
+        let folded: Vec<String> = ids
+            .iter()
+            .map(|id| file_name_for(id).to_lowercase())
+            .collect();
+        let mut unique = folded.clone();
+        unique.sort();
+        unique.dedup();
+        assert_eq!(unique.len(), ids.len(), "{folded:?}");
+        // Long and upper-case: one suffix, within the limit.
+        let long = "Ab".repeat(200);
+        let name = file_name_for(&long);
+        assert_eq!(name.len(), MAX_STEM_BYTES);
+        assert_eq!(name.matches("%-").count(), 1);
     }
 
     #[test]
@@ -354,7 +433,10 @@ mod tests {
         assert_eq!(file_name_for("/etc/passwd"), "%2Fetc%2Fpasswd");
         assert_eq!(file_name_for("a\\b"), "a%5Cb");
         assert_eq!(file_name_for(".hidden"), "%2Ehidden");
-        assert_eq!(file_name_for("C:x"), "C%3Ax");
+        assert_eq!(
+            file_name_for("C:x"),
+            format!("C%3Ax%-{}", hex_digest(b"C:x"))
+        );
         assert_eq!(file_name_for("50%"), "50%25");
         assert_eq!(file_name_for("é"), "%C3%A9");
     }
@@ -468,6 +550,43 @@ mod tests {
         write_atomically(dir.path(), "e.txt", b"second", 3).unwrap();
         assert_eq!(fs::read(&path).unwrap(), b"second");
         assert_eq!(entries(dir.path()), ["e.txt"]);
+    }
+
+    /// A link planted at the temporary name is never written through: the
+    /// temporary file is created new (the open refuses any existing name,
+    /// a link included), and a write removes the link first.
+    #[cfg(unix)]
+    #[test]
+    fn links_planted_in_the_directory_are_not_followed() {
+        let dir = tempfile::tempdir().unwrap();
+        let outside = tempfile::tempdir().unwrap();
+        let victim = outside.path().join("victim");
+        fs::write(&victim, b"keep me").unwrap();
+        let temp = dir.path().join(temp_name("e.txt", 1));
+        std::os::unix::fs::symlink(&victim, &temp).unwrap();
+        // The open alone refuses the link (and a dangling one too).
+        assert!(create_new_no_follow(&temp).is_err());
+        let dangling = dir.path().join("dangling");
+        std::os::unix::fs::symlink(outside.path().join("nothing"), &dangling).unwrap();
+        assert!(create_new_no_follow(&dangling).is_err());
+        assert!(!outside.path().join("nothing").exists());
+        // A write removes the planted link and writes its own file.
+        write_atomically(dir.path(), "e.txt", b"mine", 1).unwrap();
+        assert_eq!(fs::read(&victim).unwrap(), b"keep me");
+        assert_eq!(fs::read(dir.path().join("e.txt")).unwrap(), b"mine");
+        // A link at the target name is replaced, not written through.
+        fs::remove_file(dir.path().join("e.txt")).unwrap();
+        std::os::unix::fs::symlink(&victim, dir.path().join("e.txt")).unwrap();
+        write_atomically(dir.path(), "e.txt", b"again", 2).unwrap();
+        assert_eq!(fs::read(&victim).unwrap(), b"keep me");
+        assert!(!fs::symlink_metadata(dir.path().join("e.txt"))
+            .unwrap()
+            .file_type()
+            .is_symlink());
+        // A sub-directory that is a link is refused.
+        std::os::unix::fs::symlink(outside.path(), dir.path().join("orders")).unwrap();
+        assert!(create_dirs(dir.path(), Path::new("orders")).is_err());
+        assert_eq!(entries(outside.path()), ["victim"]);
     }
 
     #[test]

@@ -124,12 +124,14 @@ impl Drop for TestDb {
 /// The PostgreSQL URL for tests, or `None` when they are skipped on purpose.
 pub fn postgres_url() -> Option<String> {
     let skip = std::env::var("TICKMARK_SKIP_POSTGRES").is_ok_and(|v| v == "1");
-    let ci = std::env::var("CI").is_ok_and(|v| v == "true");
-    if skip && ci {
+    if skip && crate::skip::in_ci() {
         panic!("TICKMARK_SKIP_POSTGRES=1 is refused when CI=true: CI must test PostgreSQL");
     }
     if skip {
-        eprintln!("skipping a PostgreSQL test (TICKMARK_SKIP_POSTGRES=1)");
+        crate::skip::record(
+            &crate::skip::current_test(),
+            "TICKMARK_SKIP_POSTGRES=1: PostgreSQL tests skipped on purpose (unset it and run PostgreSQL at DATABASE_URL)",
+        );
         return None;
     }
     Some(std::env::var("DATABASE_URL").unwrap_or_else(|_| DEFAULT_POSTGRES_URL.to_owned()))

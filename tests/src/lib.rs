@@ -5,15 +5,18 @@
 //! PostgreSQL tests read `DATABASE_URL` (default
 //! `postgres://postgres@127.0.0.1:5432/test`). They fail when it is
 //! unreachable; `TICKMARK_SKIP_POSTGRES=1` skips them instead, except when
-//! `CI=true`.
+//! `CI=true`. Every skip is recorded ([`skip::record`]) so that `scripts/test`
+//! reports it.
 
 pub mod cargo_bin;
 pub mod chaos;
 pub mod conformance;
 pub mod db;
 pub mod http_client;
+pub mod meeting;
 pub mod pg_cluster;
 pub mod probe;
+pub mod skip;
 pub mod test_steps;
 pub mod wait;
 

@@ -55,9 +55,26 @@ pub struct PgCluster {
 }
 
 impl PgCluster {
+    /// A new cluster for the running test, or `None` when this machine has no
+    /// PostgreSQL server binaries: the skip is recorded
+    /// ([`crate::skip::record`], which fails the test instead under
+    /// `CI=true`). Panics when the binaries are there but the cluster does not
+    /// start.
+    pub async fn start_or_skip() -> Option<PgCluster> {
+        if let Err(missing) = server_binaries() {
+            crate::skip::record(&crate::skip::current_test(), &missing.to_string());
+            return None;
+        }
+        Some(
+            PgCluster::start()
+                .await
+                .unwrap_or_else(|e| panic!("start a throwaway PostgreSQL cluster: {e}")),
+        )
+    }
+
     /// `initdb` a new cluster and start it on a free port.
     pub async fn start() -> io::Result<PgCluster> {
-        let bin = find_bin_dir()?;
+        let bin = server_binaries()?;
         let as_postgres = running_as_root();
         let root = tempfile::Builder::new().prefix("tickmark-pg-").tempdir()?;
         if as_postgres {
@@ -257,25 +274,43 @@ impl Drop for PgCluster {
     }
 }
 
-/// `TICKMARK_PG_BIN`, or the newest `/usr/lib/postgresql/<version>/bin` with `initdb`.
-fn find_bin_dir() -> io::Result<PathBuf> {
+/// The directory of the PostgreSQL server binaries (`initdb`, `pg_ctl`):
+/// `TICKMARK_PG_BIN`, or the newest `/usr/lib/postgresql/<version>/bin` with
+/// both. The error says what to install.
+pub fn server_binaries() -> io::Result<PathBuf> {
+    let has_tools = |bin: &Path| bin.join("initdb").exists() && bin.join("pg_ctl").exists();
     if let Ok(dir) = std::env::var("TICKMARK_PG_BIN") {
-        return Ok(PathBuf::from(dir));
+        let bin = PathBuf::from(&dir);
+        return if has_tools(&bin) {
+            Ok(bin)
+        } else {
+            Err(io::Error::new(
+                io::ErrorKind::NotFound,
+                format!(
+                    "TICKMARK_PG_BIN={dir} has no initdb and pg_ctl: point it at PostgreSQL's \
+                     server binaries (Debian's postgresql package puts them in \
+                     /usr/lib/postgresql/<version>/bin)"
+                ),
+            ))
+        };
     }
-    let mut candidates: Vec<(u32, PathBuf)> = std::fs::read_dir("/usr/lib/postgresql")?
+    let mut candidates: Vec<(u32, PathBuf)> = std::fs::read_dir("/usr/lib/postgresql")
+        .into_iter()
+        .flatten()
         .filter_map(Result::ok)
         .filter_map(|entry| {
             let version = entry.file_name().to_str()?.parse::<u32>().ok()?;
             let bin = entry.path().join("bin");
-            bin.join("initdb").exists().then_some((version, bin))
+            has_tools(&bin).then_some((version, bin))
         })
         .collect();
     candidates.sort();
     candidates.pop().map(|(_, bin)| bin).ok_or_else(|| {
         io::Error::new(
             io::ErrorKind::NotFound,
-            "no /usr/lib/postgresql/<version>/bin/initdb: install the PostgreSQL server \
-             (apt-get install postgresql) or set TICKMARK_PG_BIN",
+            "the PostgreSQL server binaries (initdb, pg_ctl under /usr/lib/postgresql/<version>/bin) \
+             are missing: install Debian's postgresql package (apt-get install postgresql), \
+             or set TICKMARK_PG_BIN to their directory",
         )
     })
 }

@@ -7,6 +7,7 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 use tickmark::{Step, StepContext, StepError, StepResult};
 
+use crate::meeting::Meeting;
 use crate::probe::Probe;
 
 async fn record(ctx: &StepContext<'_>) -> Result<(), StepError> {
@@ -15,6 +16,33 @@ async fn record(ctx: &StepContext<'_>) -> Result<(), StepError> {
         .record_run(&ctx.event().id, ctx.step_name(), ctx.attempt())
         .await?;
     Ok(())
+}
+
+/// Wait until `processes` distinct processes have recorded step runs: a
+/// rendezvous that makes work-sharing between processes certain instead of
+/// likely. Checks every 20 ms; a terminal failure after a minute.
+async fn await_processes(ctx: &StepContext<'_>, processes: u32) -> Result<(), StepError> {
+    let probe = ctx.resource::<Probe>()?;
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+    loop {
+        let seen = probe
+            .scalar("SELECT count(DISTINCT pid) FROM test_step_runs")
+            .await;
+        if seen >= i64::from(processes) {
+            return Ok(());
+        }
+        if tokio::time::Instant::now() >= deadline {
+            return Err(StepError::terminal(format!(
+                "only {seen} of {processes} worker processes ran a step within a minute"
+            )));
+        }
+        tokio::select! {
+            _ = tokio::time::sleep(Duration::from_millis(20)) => {}
+            _ = ctx.cancellation().cancelled() => {
+                return Err(StepError::retryable("cancelled"));
+            }
+        }
+    }
 }
 
 /// Records its run, optionally pauses (cancellably), and outputs what it saw.
@@ -26,6 +54,14 @@ pub struct Record {
     /// Pause this long on the first attempt only (a step that a crash interrupts).
     #[serde(default)]
     pub first_attempt_pause_ms: u64,
+    /// After recording, wait at the [`Meeting`] resource (if it expects this
+    /// event) until the other expected events' steps arrive.
+    #[serde(default)]
+    pub meet: bool,
+    /// After recording, wait until this many distinct processes have recorded
+    /// runs in the probe (a rendezvous of worker processes), at most a minute.
+    #[serde(default)]
+    pub until_processes: u32,
 }
 
 #[typetag::serde(name = "test_record")]
@@ -33,6 +69,12 @@ pub struct Record {
 impl Step for Record {
     async fn run(&self, ctx: &mut StepContext<'_>) -> StepResult {
         record(ctx).await?;
+        if self.meet {
+            ctx.resource::<Meeting>()?.attend(&ctx.event().id).await?;
+        }
+        if self.until_processes > 0 {
+            await_processes(ctx, self.until_processes).await?;
+        }
         let pause = self.pause_ms
             + if ctx.attempt() == 1 {
                 self.first_attempt_pause_ms
@@ -79,22 +121,84 @@ impl Step for Credit {
     async fn run(&self, ctx: &mut StepContext<'_>) -> StepResult {
         // No probe record here: on SQLite this step holds the write lock, so
         // its runs are counted by its ledger rows, which commit with its mark.
-        let event_id = ctx.event().id.clone();
-        let tx = ctx.transaction()?;
-        if let Some(conn) = tx.postgres() {
-            sqlx::query("INSERT INTO test_ledger (event_id, amount) VALUES ($1, $2)")
-                .bind(&event_id)
-                .bind(self.amount)
-                .execute(conn)
-                .await?;
-        } else if let Some(conn) = tx.sqlite() {
-            sqlx::query("INSERT INTO test_ledger (event_id, amount) VALUES (?1, ?2)")
-                .bind(&event_id)
-                .bind(self.amount)
-                .execute(conn)
-                .await?;
-        }
+        credit(ctx, self.amount).await?;
         Ok(serde_json::json!({ "credited": self.amount }))
+    }
+}
+
+/// Add a ledger row for the event in the engine's transaction; the event's
+/// ledger rows as that transaction sees them (its own write included).
+async fn credit(ctx: &mut StepContext<'_>, amount: i64) -> Result<i64, StepError> {
+    let event_id = ctx.event().id.clone();
+    let tx = ctx.transaction()?;
+    let count = "SELECT count(*) FROM test_ledger WHERE event_id = ";
+    let seen = if let Some(conn) = tx.postgres() {
+        sqlx::query("INSERT INTO test_ledger (event_id, amount) VALUES ($1, $2)")
+            .bind(&event_id)
+            .bind(amount)
+            .execute(&mut *conn)
+            .await?;
+        sqlx::query_scalar(&format!("{count}$1"))
+            .bind(&event_id)
+            .fetch_one(conn)
+            .await?
+    } else if let Some(conn) = tx.sqlite() {
+        sqlx::query("INSERT INTO test_ledger (event_id, amount) VALUES (?1, ?2)")
+            .bind(&event_id)
+            .bind(amount)
+            .execute(&mut *conn)
+            .await?;
+        sqlx::query_scalar(&format!("{count}?1"))
+            .bind(&event_id)
+            .fetch_one(conn)
+            .await?
+    } else {
+        return Err(StepError::terminal("a transaction on an unknown backend"));
+    };
+    Ok(seen)
+}
+
+/// Write `line` to stdout at once (one write, flushed).
+fn announce(line: &str) -> std::io::Result<()> {
+    use std::io::Write;
+    let mut stdout = std::io::stdout().lock();
+    stdout.write_all(line.as_bytes())?;
+    stdout.flush()
+}
+
+/// The line [`CreditThenAwaitKill`] prints once it has written: the marker,
+/// then the event id and how many ledger rows its transaction sees.
+pub const WRITTEN_AWAITING_KILL: &str = "tickmark-test-step: written, awaiting SIGKILL";
+
+/// A transactional step for the crash test of guarantee 6: on its first
+/// attempt it writes its ledger row in the engine's transaction, prints
+/// [`WRITTEN_AWAITING_KILL`] on stdout, and waits (until its lease is lost),
+/// so the test can SIGKILL the worker process between the write and the
+/// commit. Later attempts credit and finish like [`Credit`].
+#[derive(Debug, Serialize, Deserialize)]
+pub struct CreditThenAwaitKill {
+    /// The amount credited.
+    pub amount: i64,
+}
+
+#[typetag::serde(name = "test_credit_then_await_kill")]
+#[async_trait::async_trait]
+impl Step for CreditThenAwaitKill {
+    fn transactional(&self) -> bool {
+        true
+    }
+
+    async fn run(&self, ctx: &mut StepContext<'_>) -> StepResult {
+        let seen = credit(ctx, self.amount).await?;
+        if ctx.attempt() == 1 {
+            // The test reads this line from the worker's stdout, then kills it.
+            let line = format!("{WRITTEN_AWAITING_KILL} {} {seen}\n", ctx.event().id);
+            announce(&line)
+                .map_err(|e| StepError::retryable(format!("announce the write: {e}")))?;
+            ctx.cancellation().cancelled().await;
+            return Err(StepError::retryable("cancelled before the kill came"));
+        }
+        Ok(serde_json::json!({ "credited": self.amount, "rows_seen": seen }))
     }
 }
 

@@ -8,9 +8,10 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
+use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 use tickmark::store::ClaimParams;
-use tickmark::{EventState, Handler, Handlers, NewEvent};
+use tickmark::{EventState, Handler, Handlers, NewEvent, Step, StepContext, StepError, StepResult};
 use tickmark_tests::conformance::admin::{age, broken_second, three_steps};
 use tickmark_tests::conformance::{engine, order_paid, quick_worker};
 use tickmark_tests::test_steps::WaitForCancel;
@@ -82,6 +83,7 @@ async fn seq(db: &TestDb, id: &str) -> String {
 async fn run_until_idle(db: &TestDb, handlers: Handlers) {
     engine(db, handlers)
         .worker(quick_worker("w"))
+        .expect("valid worker settings")
         .run_until_idle()
         .await
         .unwrap();
@@ -361,7 +363,9 @@ async fn cancel_stops_a_running_worker(db: TestDb) {
     );
     let engine = engine(&db, handlers);
     order_paid(&engine, "evt_stop").await;
-    let worker = engine.worker(quick_worker("busy"));
+    let worker = engine
+        .worker(quick_worker("busy"))
+        .expect("valid worker settings");
     let mut stats = worker.stats();
     let shutdown = CancellationToken::new();
     let running = tokio::spawn(worker.run(shutdown.clone()));
@@ -581,6 +585,143 @@ async fn plans_check_lists_plans_this_build_cannot_run(db: TestDb) {
     assert!(human.stdout.contains("1 unfinished event(s)"), "{human:?}");
 }
 
+/// What a hostile sender or a careless step puts in remote text: colour, a
+/// window-title change ended by BEL, a C1 control sequence introducer, a
+/// right-to-left override, a line break and a tab.
+const HOSTILE: &str = "\u{1b}[31m\u{1b}]0;pwned\u{7}\u{9b}2J\u{202e}\nforged line\t!";
+
+/// Whether `c` may never reach a terminal raw: a control character other
+/// than the line break, or a bidirectional override.
+fn dangerous(c: char) -> bool {
+    (c.is_control() && c != '\n')
+        || matches!(c, '\u{61c}' | '\u{200e}' | '\u{200f}' | '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}')
+}
+
+/// A step that fails terminally with [`HOSTILE`] in its error.
+#[derive(Debug, Serialize, Deserialize)]
+struct HostileError;
+
+#[typetag::serde(name = "cli_test_hostile_error")]
+#[async_trait::async_trait]
+impl Step for HostileError {
+    async fn run(&self, _ctx: &mut StepContext<'_>) -> StepResult {
+        Err(StepError::terminal(format!("card declined{HOSTILE}")))
+    }
+}
+
+/// Errors, progress messages, payload-derived ids and kinds and audit notes
+/// came from elsewhere: no human output of the CLI carries their control
+/// characters to the terminal (they show as visible stand-ins), and
+/// `--json` keeps them exact, escaped by JSON.
+async fn remote_text_reaches_the_terminal_inert(db: TestDb) {
+    let handlers = || {
+        Handlers::new().on(
+            "shop",
+            "order.hostile",
+            Handler::new().named_step("explode", HostileError),
+        )
+    };
+    let hostile_id = format!("evt_{HOSTILE}");
+    engine(&db, handlers())
+        .accept(NewEvent::with_id(
+            "shop",
+            &hostile_id,
+            "order.hostile",
+            json!({ "note": HOSTILE }),
+        ))
+        .await
+        .unwrap();
+    engine(&db, handlers())
+        .accept(NewEvent::with_id(
+            "shop",
+            "evt_kind",
+            format!("kind{HOSTILE}"),
+            json!({}),
+        ))
+        .await
+        .unwrap();
+    run_until_idle(&db, handlers()).await;
+    // A running step that reported progress with the same text.
+    order_paid(&engine(&db, three_steps()), "evt_progress").await;
+    let claimed = db
+        .store
+        .event_claim_many(&ClaimParams::new("w-1", 1, Duration::from_secs(300)))
+        .await
+        .unwrap();
+    db.store
+        .event_progress(&claimed[0].lease, 0.5, &format!("half{HOSTILE}"))
+        .await
+        .unwrap();
+
+    let dead = db
+        .store
+        .event_find("shop", &hostile_id)
+        .await
+        .unwrap()
+        .unwrap()
+        .event
+        .seq
+        .to_string();
+    let ignored = seq(&db, "evt_kind").await;
+    let running = seq(&db, "evt_progress").await;
+    let reason = format!("note{HOSTILE}");
+    let runs = [
+        tickmark(&db, &["status"]).await,
+        tickmark(&db, &["events", "list"]).await,
+        tickmark(&db, &["events", "show", &dead]).await,
+        tickmark(&db, &["events", "show", &dead, "--full"]).await,
+        tickmark(&db, &["events", "explain", &dead]).await,
+        tickmark(&db, &["events", "show", &ignored]).await,
+        tickmark(&db, &["events", "explain", &ignored]).await,
+        tickmark(&db, &["events", "show", &running]).await,
+        tickmark(&db, &["events", "explain", &running]).await,
+        tickmark(&db, &["events", "retry", &dead, "--reason", &reason]).await,
+        tickmark(&db, &["events", "show", &dead]).await,
+        tickmark(&db, &["events", "show", &hostile_id]).await,
+        tickmark(&db, &["events", "show", "no\u{1b}[2Jsuch"]).await,
+    ];
+    for run in &runs {
+        for (stream, text) in [("stdout", &run.stdout), ("stderr", &run.stderr)] {
+            assert!(
+                !text.chars().any(dangerous),
+                "{stream} carries a control character: {run:?}"
+            );
+        }
+    }
+    let shown = |i: usize| &runs[i].stdout;
+    assert!(
+        shown(2).contains("card declined␛[31m␛]0;pwned␇"),
+        "{}",
+        shown(2)
+    );
+    assert!(shown(4).contains("card declined␛[31m"), "{}", shown(4));
+    assert!(shown(5).contains("kind␛[31m"), "{}", shown(5));
+    assert!(shown(7).contains("half␛[31m"), "{}", shown(7));
+    assert!(
+        shown(10).contains("note␛[31m"),
+        "the audit note: {}",
+        shown(10)
+    );
+    assert!(!shown(2).contains("\nforged line"), "no forged output line");
+    assert_eq!(runs[12].code, 3, "{:?}", runs[12]);
+    assert!(runs[12].stderr.contains("no␛[2Jsuch"), "{:?}", runs[12]);
+
+    // `--json` keeps the exact text: JSON escapes the C0 controls (ESC,
+    // BEL, line breaks); a JSON reader gets the original back.
+    let json = tickmark(&db, &["events", "show", &dead, "--json"])
+        .await
+        .ok();
+    assert!(
+        !json
+            .stdout
+            .chars()
+            .any(|c| c.is_ascii_control() && c != '\n'),
+        "{}",
+        json.stdout
+    );
+    assert_eq!(json.json()["event"]["event"]["id"], hostile_id.as_str());
+}
+
 macro_rules! cli_suite {
     ($backend:expr; $($case:ident),+ $(,)?) => {
         $(
@@ -604,6 +745,7 @@ macro_rules! cli_cases {
             prune_refuses_an_unsafe_window,
             exit_codes,
             plans_check_lists_plans_this_build_cannot_run,
+            remote_text_reaches_the_terminal_inert,
         );
     };
 }

@@ -1,5 +1,6 @@
-//! Crashes for real: worker processes killed with SIGKILL, and several worker
-//! processes sharing one database (guarantees 3, 4 and 6).
+//! Crashes for real: worker processes killed with SIGKILL (in the middle of a
+//! step, and inside a transactional step between its write and its commit),
+//! and several worker processes sharing one database (guarantees 3, 4 and 6).
 
 use std::process::Stdio;
 use std::time::Duration;
@@ -7,8 +8,9 @@ use std::time::Duration;
 use serde_json::json;
 use tickmark::{Backend, EventState, Handler, Handlers, NewEvent, StepState};
 use tickmark_tests::conformance::{engine, quick_worker};
-use tickmark_tests::test_steps::{Credit, Record};
+use tickmark_tests::test_steps::{Credit, CreditThenAwaitKill, Record, WRITTEN_AWAITING_KILL};
 use tickmark_tests::{wait, TestDb};
+use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::process::{Child, Command};
 
 const WORKER: &str = env!("CARGO_BIN_EXE_tickmark-test-worker");
@@ -89,6 +91,7 @@ async fn a_worker_killed_in_the_middle_of_step_two(backend: Backend) {
 
     let stats = engine
         .worker(quick_worker("rescuer"))
+        .expect("valid worker settings")
         .run_until_idle()
         .await
         .unwrap();
@@ -124,6 +127,133 @@ async fn a_worker_killed_in_the_middle_of_step_two(backend: Backend) {
     );
 }
 
+/// Guarantee 6 for real: a worker process is SIGKILLed *inside* a
+/// transactional step, after its write and before the commit (the step prints
+/// a line once it has written; the test kills on that line, not after a
+/// sleep). The write was never visible outside its transaction, the kill
+/// rolls it back, and the re-run's write commits with its mark: the ledger
+/// row exists exactly once. A step whose write committed on its own (not in
+/// the engine's transaction) would show its row before the kill, and twice
+/// after the re-run.
+async fn a_worker_killed_inside_a_transactional_step(backend: Backend) {
+    let Some(db) = TestDb::new(backend).await else {
+        return;
+    };
+    let handlers = Handlers::new().on(
+        "shop",
+        "order.paid",
+        Handler::new()
+            .named_step("credit", CreditThenAwaitKill { amount: 100 })
+            .named_step("notify", Record::default()),
+    );
+    let engine = engine(&db, handlers);
+    engine
+        .accept(NewEvent::with_id(
+            "shop",
+            "evt_tx_kill",
+            "order.paid",
+            json!({}),
+        ))
+        .await
+        .unwrap();
+
+    // A long lease, so that it cannot run out between the step's line and the
+    // kill however slowly this machine runs (on SQLite the step's open
+    // transaction holds the write turn, which holds the victim's heartbeat
+    // back); the lease is moved into the past once the victim is dead.
+    let mut victim = worker_process(&db, "victim", &["--lease-ms", "30000"]);
+    let announced = line_starting_with(&mut victim, WRITTEN_AWAITING_KILL).await;
+    assert_eq!(
+        announced,
+        format!("{WRITTEN_AWAITING_KILL} evt_tx_kill 1"),
+        "the step wrote its row and sees it in its own transaction"
+    );
+    assert_eq!(
+        db.probe.ledger_rows("evt_tx_kill").await,
+        0,
+        "the step's write is not visible before its commit"
+    );
+    victim.start_kill().expect("SIGKILL");
+    let status = victim.wait().await.unwrap();
+    assert!(!status.success(), "killed, not exited: {status:?}");
+    assert_eq!(
+        db.probe.ledger_rows("evt_tx_kill").await,
+        0,
+        "the kill rolled the uncommitted write back"
+    );
+    let record = db
+        .store
+        .event_find("shop", "evt_tx_kill")
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!((record.state, record.next_step), (EventState::Running, 0));
+    assert_eq!(record.lease_owner.as_deref(), Some("victim"));
+    db.probe.expire_lease(record.event.seq).await;
+
+    let stats = engine
+        .worker(quick_worker("rescuer"))
+        .expect("valid worker settings")
+        .run_until_idle()
+        .await
+        .unwrap();
+    assert_eq!(stats.takeovers, 1);
+    assert_eq!(
+        db.probe.ledger_rows("evt_tx_kill").await,
+        1,
+        "the transactional effect exactly once"
+    );
+    assert_eq!(
+        db.probe
+            .scalar("SELECT CAST(coalesce(sum(amount), 0) AS BIGINT) FROM test_ledger WHERE event_id = 'evt_tx_kill'")
+            .await,
+        100
+    );
+    assert_eq!(db.probe.runs("evt_tx_kill", "notify").await, 1);
+    let record = db
+        .store
+        .event_find("shop", "evt_tx_kill")
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!((record.state, record.takeovers), (EventState::Done, 1));
+    let steps = db.store.step_status(record.event.seq).await.unwrap();
+    let attempts: Vec<_> = steps.iter().map(|s| (s.state, s.attempts)).collect();
+    assert_eq!(attempts, [(StepState::Done, 2), (StepState::Done, 1)]);
+    assert_eq!(
+        steps[0].output.as_ref().expect("output")["rows_seen"],
+        1,
+        "the re-run saw no leftover of the killed attempt"
+    );
+}
+
+/// The first line of `child`'s stdout that starts with `prefix` (other lines,
+/// such as log lines, are skipped). Panics after a minute or at end of output.
+async fn line_starting_with(child: &mut Child, prefix: &str) -> String {
+    let stdout = child.stdout.as_mut().expect("stdout is piped");
+    let mut lines = BufReader::new(stdout).lines();
+    let found = tokio::time::timeout(Duration::from_secs(60), async {
+        while let Some(line) = lines.next_line().await.expect("read the worker's stdout") {
+            if line.starts_with(prefix) {
+                return line;
+            }
+        }
+        panic!("the worker's stdout ended before a line starting with {prefix:?}");
+    })
+    .await;
+    found.unwrap_or_else(|_| panic!("no line starting with {prefix:?} within a minute"))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sqlite_a_worker_killed_inside_a_transactional_step() {
+    a_worker_killed_inside_a_transactional_step(Backend::Sqlite).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_a_worker_killed_inside_a_transactional_step() {
+    a_worker_killed_inside_a_transactional_step(Backend::Postgres).await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sqlite_a_worker_killed_in_the_middle_of_step_two() {
     a_worker_killed_in_the_middle_of_step_two(Backend::Sqlite).await;
@@ -136,6 +266,15 @@ async fn postgres_a_worker_killed_in_the_middle_of_step_two() {
 
 /// 50 events × 3 steps shared by several worker processes: every event done,
 /// every step marked done exactly once, every effect once, work shared.
+///
+/// Neither claim depends on how this two-core machine schedules the
+/// processes. Nothing is killed here, so a takeover (and with it a second
+/// attempt) could only come from a worker starved past its lease: the lease
+/// is 30 s, not the 2 s of the crash tests, so that would take a 20 s stall.
+/// And every "second" step waits until at least two processes have run a
+/// step: a rendezvous that the first process to start cannot pass alone, so
+/// the work is shared by construction, and it ends only if another process
+/// can claim events while the first holds its leases.
 async fn many_processes_share_the_work(backend: Backend, processes: usize) {
     let Some(db) = TestDb::new(backend).await else {
         return;
@@ -149,6 +288,7 @@ async fn many_processes_share_the_work(backend: Backend, processes: usize) {
                 "second",
                 Record {
                     pause_ms: 20,
+                    until_processes: 2,
                     ..Record::default()
                 },
             )
@@ -167,7 +307,13 @@ async fn many_processes_share_the_work(backend: Backend, processes: usize) {
             .unwrap();
     }
     let children: Vec<Child> = (0..processes)
-        .map(|n| worker_process(&db, &format!("worker-{n}"), &["--until-idle"]))
+        .map(|n| {
+            worker_process(
+                &db,
+                &format!("worker-{n}"),
+                &["--until-idle", "--lease-ms", "30000"],
+            )
+        })
         .collect();
     for child in children {
         let output = tokio::time::timeout(Duration::from_secs(120), child.wait_with_output())
@@ -185,6 +331,11 @@ async fn many_processes_share_the_work(backend: Backend, processes: usize) {
     assert_eq!(
         scalar("SELECT count(*) FROM tickmark_steps WHERE state = 'done'").await,
         150
+    );
+    assert_eq!(
+        scalar("SELECT CAST(coalesce(sum(takeovers), 0) AS BIGINT) FROM tickmark_events").await,
+        0,
+        "no event was taken over"
     );
     assert_eq!(
         scalar("SELECT count(*) FROM tickmark_steps WHERE state = 'done' AND attempts = 1").await,
@@ -262,7 +413,9 @@ async fn postgres_dropped_connections_are_retried_in_process() {
             .await
             .unwrap();
     }
-    let worker = engine.worker(quick_worker("survivor"));
+    let worker = engine
+        .worker(quick_worker("survivor"))
+        .expect("valid worker settings");
     let mut stats = worker.stats();
     let running = tokio::spawn(worker.run_until_idle());
     stats.wait_for(|s| s.steps_done >= 5).await.unwrap();

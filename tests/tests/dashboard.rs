@@ -1,8 +1,10 @@
 //! The dashboard and `/metrics`, on both backends, with real events run by a
 //! real worker: the pages show the step-status table and audit trail, the
-//! filters filter, hostile values are escaped, the retry button needs the
-//! token (and changes nothing without it), and `/metrics` is valid Prometheus
-//! text whose counters move with deliveries and steps.
+//! filters filter, hostile values are escaped, every page and `/metrics`
+//! need the token (bearer or a browser session from the login form, whose
+//! forms carry a CSRF token), the retry button changes nothing without it,
+//! and `/metrics` is valid OpenMetrics text, read by two parsers, whose
+//! counters move with deliveries and steps.
 
 use axum::Router;
 use hmac::{Hmac, Mac};
@@ -53,7 +55,8 @@ on_both_backends!(
     filters_narrow_the_event_list,
     hostile_ids_payloads_and_errors_are_escaped_everywhere,
     retry_needs_the_token_and_requeues_a_dead_event,
-    token_for_reads_guards_the_pages_but_not_metrics,
+    the_token_guards_every_page_and_metrics,
+    a_browser_session_reads_pages_and_its_forms_are_csrf_safe,
     metrics_are_valid_prometheus_text_and_move_with_work,
 );
 
@@ -95,6 +98,7 @@ async fn accept(engine: &Engine, source: &str, id: &str, kind: &str, payload: se
 async fn run_all(engine: &Engine) {
     engine
         .worker(quick_worker("dashboard-test"))
+        .expect("valid worker settings")
         .run_until_idle()
         .await
         .expect("worker");
@@ -110,8 +114,20 @@ async fn seq_of(db: &TestDb, source: &str, id: &str) -> i64 {
         .seq
 }
 
+/// A read as an operator's script sends it: with the bearer token (every
+/// page needs it).
 async fn get(router: &Router, path: &str) -> Reply {
+    get_with_bearer(router, path, TOKEN).await
+}
+
+/// A read with no credentials at all.
+async fn get_anonymous(router: &Router, path: &str) -> Reply {
     oneshot(router, &Outgoing::get(path)).await
+}
+
+/// A read with a browser's session cookie (`tickmark_session=…`).
+async fn get_with_cookie(router: &Router, path: &str, cookie: &str) -> Reply {
+    oneshot(router, &Outgoing::get(path).header("cookie", cookie)).await
 }
 
 async fn get_with_bearer(router: &Router, path: &str, token: &str) -> Reply {
@@ -288,7 +304,7 @@ pub async fn filters_narrow_the_event_list(db: TestDb) {
         serde_json::json!({}),
     )
     .await;
-    let router = Dashboard::new(engine.clone()).router();
+    let router = Dashboard::new(engine.clone()).token(TOKEN).router();
 
     let all = ["evt_a", "evt_b", "evt_dead", "inv_1"];
     let cases: [(&str, &[&str]); 9] = [
@@ -414,6 +430,8 @@ pub async fn hostile_ids_payloads_and_errors_are_escaped_everywhere(db: TestDb) 
         lookup,
         "/events?kind=%3Cscript%3Ealert(1)%3C%2Fscript%3E".to_owned(),
         "/events?state=%3Cscript%3E".to_owned(),
+        // Out of a quoted attribute (the filter form echoes what was typed).
+        "/events?kind=%22%3E%3Cimg+src%3Dx%3E&id=%22%3E%3Cscript%3E".to_owned(),
     ];
     for path in &paths {
         let reply = get(&router, path).await;
@@ -429,16 +447,19 @@ pub async fn hostile_ids_payloads_and_errors_are_escaped_everywhere(db: TestDb) 
         );
     }
     let event = page(&get(&router, &format!("/events/{seq}")).await);
+    // maud escapes `&`, `<`, `>` and `"`; it always double-quotes
+    // attributes, so `'` stays as it is.
     for escaped in [
         "&lt;script&gt;alert(&quot;id&quot;)&lt;/script&gt;",
-        "&lt;script&gt;alert(&#39;payload&#39;)&lt;/script&gt;",
-        "&lt;script&gt;alert(&#39;output&#39;)&lt;/script&gt;",
-        "&lt;script&gt;alert(&#39;error&#39;)&lt;/script&gt;&lt;img src=x onerror=alert(1)&gt;",
+        "&lt;script&gt;alert('payload')&lt;/script&gt;",
+        "&lt;script&gt;alert('output')&lt;/script&gt;",
+        "&lt;script&gt;alert('error')&lt;/script&gt;&lt;img src=x onerror=alert(1)&gt;",
+        "&quot;&gt;&lt;img src=x onerror=alert(2)&gt;",
     ] {
         assert!(event.contains(escaped), "{escaped} in\n{event}");
     }
     let list = page(&get(&router, "/events").await);
-    assert!(list.contains("&lt;script&gt;alert(&#39;kind&#39;)&lt;/script&gt;"));
+    assert!(list.contains("&lt;script&gt;alert('kind')&lt;/script&gt;"));
     // A refusal message shown after a retry escapes too.
     let reply = post_form(
         &router,
@@ -602,39 +623,301 @@ pub async fn retry_needs_the_token_and_requeues_a_dead_event(db: TestDb) {
     assert_eq!(reply.status, 404);
 }
 
-/// With `token_for_reads`, pages need the bearer token; `/metrics` beside
-/// them does not.
-pub async fn token_for_reads_guards_the_pages_but_not_metrics(db: TestDb) {
+/// With a token, every page and `/metrics` need it: without it (or with a
+/// wrong one) the answer is 401 with the login form, and none of the data;
+/// with the bearer token, 200. `metrics_public` opens `/metrics` alone.
+/// Without a token configured the dashboard shows nothing at all.
+pub async fn the_token_guards_every_page_and_metrics(db: TestDb) {
     let engine = engine(&db, handlers());
     order_paid(&engine, "evt_private").await;
     let seq = seq_of(&db, "shop", "evt_private").await;
-    let dashboard = Dashboard::new(engine.clone())
-        .token(TOKEN)
-        .token_for_reads(true);
-    let router = tickmark::ops::router(engine.clone(), Some(dashboard));
-    for path in ["/", "/events", &format!("/events/{seq}")] {
-        let reply = get(&router, path).await;
-        assert_eq!(reply.status, 401, "{path}");
-        assert!(
-            !text(&reply).contains("evt_private"),
-            "{path} leaks nothing"
-        );
-        assert_eq!(get_with_bearer(&router, path, "wrong").await.status, 401);
-        let html = page(&get_with_bearer(&router, path, TOKEN).await);
-        assert!(html.contains("shop"), "{path}");
+    let private = tickmark::ops::router(
+        engine.clone(),
+        Some(Dashboard::new(engine.clone()).token(TOKEN)),
+    );
+    let pages = [
+        "/".to_owned(),
+        "/events".to_owned(),
+        "/events?state=pending".to_owned(),
+        "/events?id=evt_private".to_owned(),
+        format!("/events/{seq}"),
+        "/nowhere".to_owned(),
+    ];
+    // What a leak would show: the event's kind, its step keys, the gauges.
+    let leaks = ["order.paid", "shop:evt_private", "tickmark_events"];
+    for path in pages.iter().map(String::as_str).chain(["/metrics"]) {
+        for reply in [
+            get_anonymous(&private, path).await,
+            get_with_bearer(&private, path, "wrong-token").await,
+            get_with_cookie(&private, path, "tickmark_session=99999999999.00ff").await,
+        ] {
+            assert_eq!(reply.status, 401, "{path}");
+            assert_eq!(
+                reply.header("www-authenticate"),
+                Some("Bearer realm=\"tickmark\""),
+                "{path}"
+            );
+            let body = text(&reply);
+            for leak in leaks {
+                assert!(!body.contains(leak), "{path} leaks {leak}:\n{body}");
+            }
+        }
+        let reply = get_with_bearer(&private, path, TOKEN).await;
+        let expected = if path == "/nowhere" { 404 } else { 200 };
+        assert_eq!(reply.status, expected, "{path}: {}", text(&reply));
     }
-    let metrics = get(&router, "/metrics").await;
+    // A page's 401 is the login form, which comes back to the page asked for.
+    let login = text(&get_anonymous(&private, &format!("/events/{seq}")).await);
+    assert!(
+        login.contains("type=\"password\" name=\"token\""),
+        "{login}"
+    );
+    assert!(
+        login.contains(&format!("name=\"next\" value=\"/events/{seq}\"")),
+        "{login}"
+    );
+    assert_eq!(get_anonymous(&private, "/login").await.status, 200);
+
+    // `metrics_public` opens /metrics, and nothing else.
+    let scraped = tickmark::ops::router(
+        engine.clone(),
+        Some(
+            Dashboard::new(engine.clone())
+                .token(TOKEN)
+                .metrics_public(true),
+        ),
+    );
+    let metrics = get_anonymous(&scraped, "/metrics").await;
     assert_eq!(metrics.status, 200);
-    // The retry form still works with the form field alone.
+    assert!(text(&metrics).contains("tickmark_events"));
+    for path in &pages {
+        assert_eq!(get_anonymous(&scraped, path).await.status, 401, "{path}");
+    }
+
+    // No token configured: the pages show nothing, even to a bearer.
+    let unconfigured = tickmark::ops::router(engine.clone(), Some(Dashboard::new(engine.clone())));
+    for path in &pages {
+        let reply = get_with_bearer(&unconfigured, path, TOKEN).await;
+        assert_eq!(reply.status, 401, "{path}");
+        let body = text(&reply);
+        assert!(body.contains("no token configured"), "{body}");
+        for leak in leaks {
+            assert!(!body.contains(leak), "{path} leaks {leak}:\n{body}");
+        }
+    }
+}
+
+/// The value of the session cookie a `Set-Cookie` header sets, as a
+/// `Cookie` header would send it back.
+fn session_cookie(reply: &Reply) -> String {
+    let set = reply.header("set-cookie").expect("a Set-Cookie header");
+    set.split(';').next().expect("name=value").trim().to_owned()
+}
+
+/// The value of the hidden `csrf` field of a page's form.
+fn csrf_of(html: &str) -> String {
+    let start = html
+        .find("name=\"csrf\" value=\"")
+        .unwrap_or_else(|| panic!("no csrf field in\n{html}"))
+        + "name=\"csrf\" value=\"".len();
+    let end = html[start..].find('"').expect("closing quote") + start;
+    html[start..end].to_owned()
+}
+
+/// A browser signs in through the form: a wrong token sets nothing; the
+/// right one sets an `HttpOnly`, `Secure`, `SameSite=Strict` session cookie
+/// scoped to the dashboard and redirects to the page asked for (never to
+/// another site). The cookie reads every page and `/metrics`. Its retry
+/// form carries a CSRF token instead of the token: a post with the cookie
+/// but without the CSRF token (what a forged cross-site form would send) is
+/// 403 and changes nothing; with it, the event is re-queued. A forged
+/// cookie, or one signed by another dashboard, reads nothing; signing out
+/// needs the CSRF token too and clears the cookie.
+pub async fn a_browser_session_reads_pages_and_its_forms_are_csrf_safe(db: TestDb) {
+    let engine = engine(&db, handlers());
+    accept(
+        &engine,
+        "shop",
+        "evt_session",
+        "order.refunded",
+        serde_json::json!({}),
+    )
+    .await;
     run_all(&engine).await;
-    let reply = post_form(
+    let seq = seq_of(&db, "shop", "evt_session").await;
+    let page_path = format!("/events/{seq}");
+    let retry_path = format!("/events/{seq}/retry");
+    let router = tickmark::ops::router(
+        engine.clone(),
+        Some(Dashboard::new(engine.clone()).token(TOKEN)),
+    );
+
+    let wrong = post_form(
         &router,
-        &format!("/events/{seq}/retry"),
-        &[("token", TOKEN), ("from_step", "second")],
+        "/login",
+        &[("token", "wrong-token"), ("next", &page_path)],
         None,
     )
     .await;
+    assert_eq!(wrong.status, 401);
+    assert!(wrong.header("set-cookie").is_none());
+    assert!(text(&wrong).contains("not the dashboard's token"));
+
+    let signed_in = post_form(
+        &router,
+        "/login",
+        &[("token", TOKEN), ("next", &page_path)],
+        None,
+    )
+    .await;
+    assert_eq!(signed_in.status, 303, "{}", text(&signed_in));
+    assert_eq!(signed_in.header("location"), Some(page_path.as_str()));
+    let set = signed_in.header("set-cookie").expect("the session cookie");
+    for attribute in ["HttpOnly", "Secure", "SameSite=Strict", "Path=/"] {
+        assert!(set.contains(attribute), "{attribute} in {set}");
+    }
+    let cookie = session_cookie(&signed_in);
+    assert!(!cookie.contains(TOKEN), "the cookie is not the token");
+
+    // Somewhere else than this dashboard: never.
+    for outside in [
+        "https://evil.example/",
+        "//evil.example/x",
+        "/\\evil.example",
+    ] {
+        let reply = post_form(
+            &router,
+            "/login",
+            &[("token", TOKEN), ("next", outside)],
+            None,
+        )
+        .await;
+        assert_eq!(reply.header("location"), Some("/"), "{outside}");
+    }
+
+    for path in ["/", "/events", page_path.as_str(), "/metrics"] {
+        let reply = get_with_cookie(&router, path, &cookie).await;
+        assert_eq!(reply.status, 200, "{path}: {}", text(&reply));
+    }
+    let html = page(&get_with_cookie(&router, &page_path, &cookie).await);
+    assert!(
+        !html.contains("name=\"token\""),
+        "a signed-in form needs no token"
+    );
+    assert!(html.contains("action=\"/logout\""), "the sign-out button");
+    let csrf = csrf_of(&html);
+
+    // Forged, foreign and expired-looking cookies read nothing.
+    let foreign = session_cookie(
+        &post_form(
+            &Dashboard::new(engine.clone()).token(TOKEN).router(),
+            "/login",
+            &[("token", TOKEN)],
+            None,
+        )
+        .await,
+    );
+    let (name_and_expiry, tag) = cookie.rsplit_once('.').expect("expiry.tag");
+    let tampered = format!("{}.{}", name_and_expiry.replace('=', "=1"), tag);
+    for forged in [foreign.as_str(), tampered.as_str(), "tickmark_session="] {
+        assert_eq!(
+            get_with_cookie(&router, &page_path, forged).await.status,
+            401,
+            "{forged}"
+        );
+    }
+
+    // The retry form: the cookie alone is not enough.
+    let before = snapshot(&db, seq).await;
+    assert_eq!(before.0, "dead");
+    for fields in [
+        &[("reason", "forged")][..],
+        &[("reason", "forged"), ("csrf", "00")][..],
+        &[("reason", "forged"), ("csrf", &csrf[..csrf.len() - 1])][..],
+    ] {
+        let body = form_urlencoded::Serializer::new(String::new())
+            .extend_pairs(fields)
+            .finish();
+        let reply = oneshot(
+            &router,
+            &Outgoing::post(&retry_path, body)
+                .header("content-type", "application/x-www-form-urlencoded")
+                .header("cookie", &cookie),
+        )
+        .await;
+        assert_eq!(reply.status, 403, "{fields:?}: {}", text(&reply));
+        assert!(text(&reply).contains("Nothing was changed"));
+    }
+    let foreign_csrf = {
+        let other = Dashboard::new(engine.clone()).token(TOKEN).router();
+        let cookie = session_cookie(&post_form(&other, "/login", &[("token", TOKEN)], None).await);
+        csrf_of(&text(&get_with_cookie(&other, &page_path, &cookie).await))
+    };
+    let body = form_urlencoded::Serializer::new(String::new())
+        .extend_pairs([("csrf", foreign_csrf.as_str())])
+        .finish();
+    let reply = oneshot(
+        &router,
+        &Outgoing::post(&retry_path, body)
+            .header("content-type", "application/x-www-form-urlencoded")
+            .header("cookie", &cookie),
+    )
+    .await;
+    assert_eq!(reply.status, 403, "another session's CSRF token");
+    assert_eq!(snapshot(&db, seq).await, before, "nothing changed");
+
+    let body = form_urlencoded::Serializer::new(String::new())
+        .extend_pairs([("csrf", csrf.as_str()), ("reason", "signed in")])
+        .finish();
+    let reply = oneshot(
+        &router,
+        &Outgoing::post(&retry_path, body)
+            .header("content-type", "application/x-www-form-urlencoded")
+            .header("cookie", &cookie),
+    )
+    .await;
     assert_eq!(reply.status, 303, "{}", text(&reply));
+    assert_eq!(snapshot(&db, seq).await.0, "pending");
+    let audit = db.store.audit_list(seq).await.unwrap();
+    assert_eq!(audit[0].reason.as_deref(), Some("signed in"));
+
+    // Signing out needs the CSRF token, and clears the cookie.
+    let reply = post_form(&router, "/logout", &[], None).await;
+    assert_eq!(reply.status, 401);
+    let body = form_urlencoded::Serializer::new(String::new())
+        .extend_pairs([("csrf", csrf.as_str())])
+        .finish();
+    let reply = oneshot(
+        &router,
+        &Outgoing::post("/logout", body)
+            .header("content-type", "application/x-www-form-urlencoded")
+            .header("cookie", &cookie),
+    )
+    .await;
+    assert_eq!(reply.status, 303);
+    assert_eq!(reply.header("location"), Some("/login"));
+    let cleared = reply.header("set-cookie").expect("the cookie cleared");
+    assert!(cleared.contains("Max-Age=0"), "{cleared}");
+
+    // Nested under a prefix, the cookie and the redirects follow it.
+    let nested = Router::new().nest("/ops", Dashboard::new(engine.clone()).token(TOKEN).router());
+    let reply = post_form(
+        &nested,
+        "/ops/login",
+        &[("token", TOKEN), ("next", "/ops/events")],
+        None,
+    )
+    .await;
+    assert_eq!(reply.status, 303);
+    assert_eq!(reply.header("location"), Some("/ops/events"));
+    assert!(reply.header("set-cookie").unwrap().contains("Path=/ops;"));
+    let cookie = session_cookie(&reply);
+    assert_eq!(
+        get_with_cookie(&nested, "/ops/events", &cookie)
+            .await
+            .status,
+        200
+    );
 }
 
 // ---------------------------------------------------------------------------
@@ -657,9 +940,10 @@ async fn deliver(router: &Router, body: &str, secret: &str) -> Reply {
     .await
 }
 
-/// `/metrics` parses as strict Prometheus text (HELP and TYPE for every
-/// family, valid names, labels and values, consistent histograms), and its
-/// counters and gauges follow what the receiver and the worker did.
+/// `/metrics` parses as strict OpenMetrics text (HELP and TYPE for every
+/// family, valid names, labels and values, consistent histograms, `# EOF`)
+/// and is read by `prometheus-parse` too; its counters and gauges follow
+/// what the receiver and the worker did.
 pub async fn metrics_are_valid_prometheus_text_and_move_with_work(db: TestDb) {
     let handlers = Handlers::new()
         .on(
@@ -688,9 +972,10 @@ pub async fn metrics_are_valid_prometheus_text_and_move_with_work(db: TestDb) {
 
     let reply = get(&ops, "/metrics").await;
     assert_eq!(reply.status, 200);
+    // OpenMetrics, what `prometheus-client` writes (and Prometheus asks for first).
     assert_eq!(
         reply.header("content-type"),
-        Some("text/plain; version=0.0.4; charset=utf-8")
+        Some("application/openmetrics-text; version=1.0.0; charset=utf-8")
     );
     let before = exposition::parse(&text(&reply)).unwrap_or_else(|e| panic!("{e}"));
     assert_eq!(
@@ -810,14 +1095,61 @@ pub async fn metrics_are_valid_prometheus_text_and_move_with_work(db: TestDb) {
         Some("histogram")
     );
     assert_eq!(after.kind("tickmark_events"), Some("gauge"));
-    assert_eq!(after.kind("tickmark_steps_done_total"), Some("counter"));
+    // OpenMetrics names a counter's family without `_total`; its samples
+    // (what queries use) keep it, as asserted above.
+    assert_eq!(after.kind("tickmark_steps_done"), Some("counter"));
+
+    // A second, independent reader: the `prometheus-parse` crate.
+    let body = text(&get(&ops, "/metrics").await);
+    let scrape = prometheus_parse::Scrape::parse(body.lines().map(|line| Ok(line.to_owned())))
+        .expect("prometheus-parse reads /metrics");
+    let sample = |name: &str, labels: &[(&str, &str)]| {
+        scrape
+            .samples
+            .iter()
+            .find(|s| {
+                s.metric == name
+                    && s.labels.len() == labels.len()
+                    && labels.iter().all(|(k, v)| s.labels.get(k) == Some(*v))
+            })
+            .map(|s| s.value.clone())
+    };
+    let number = |value: Option<prometheus_parse::Value>| match value {
+        Some(prometheus_parse::Value::Counter(n))
+        | Some(prometheus_parse::Value::Gauge(n))
+        | Some(prometheus_parse::Value::Untyped(n)) => Some(n),
+        _ => None,
+    };
+    assert_eq!(
+        number(sample(
+            "tickmark_events_received_total",
+            &[("source", "stripe"), ("outcome", "new")]
+        )),
+        Some(2.0)
+    );
+    assert_eq!(
+        sample("tickmark_events", &[("state", "dead")]),
+        Some(prometheus_parse::Value::Gauge(1.0))
+    );
+    match sample("tickmark_step_duration_seconds", &[("step", "credit")]) {
+        Some(prometheus_parse::Value::Histogram(buckets)) => {
+            assert_eq!(buckets.len(), tickmark::metrics::DURATION_BUCKETS.len() + 1);
+            let last = buckets.last().expect("buckets");
+            assert!(
+                last.less_than.is_infinite() && last.count == 1.0,
+                "{buckets:?}"
+            );
+        }
+        other => panic!("the step histogram: {other:?}"),
+    }
 }
 
-/// A strict reader of the Prometheus text exposition format 0.0.4, for the
-/// metrics test: every sample belongs to the family declared just before it
-/// with both `# HELP` and `# TYPE`; names, label names and escapes, and
-/// values are checked; a series appears once; histograms are cumulative and
-/// end at `+Inf` = `_count`.
+/// A strict reader of the OpenMetrics text format 1.0.0, for the metrics
+/// test: every sample belongs to the family declared just before it with
+/// both `# HELP` and `# TYPE` (a counter family `x` has the samples
+/// `x_total` and `x_created`); names, label names and escapes, and values
+/// are checked; a series appears once; histograms are cumulative and end at
+/// `+Inf` = `_count`; the text ends with `# EOF`.
 mod exposition {
     use std::collections::{BTreeMap, BTreeSet};
 
@@ -982,10 +1314,13 @@ mod exposition {
     /// Which family a sample name belongs to, given the family's TYPE.
     fn belongs(sample: &str, family: &str, kind: &str) -> bool {
         match kind {
+            "counter" => [format!("{family}_total"), format!("{family}_created")]
+                .contains(&sample.to_owned()),
             "histogram" => [
                 format!("{family}_bucket"),
                 format!("{family}_sum"),
                 format!("{family}_count"),
+                format!("{family}_created"),
             ]
             .contains(&sample.to_owned()),
             "summary" => {
@@ -1002,6 +1337,9 @@ mod exposition {
         if !text.ends_with('\n') {
             return Err("the exposition must end with a newline".into());
         }
+        let text = text
+            .strip_suffix("# EOF\n")
+            .ok_or("the exposition must end with `# EOF`")?;
         let mut out = Exposition::default();
         let mut seen_families = BTreeSet::new();
         let mut seen_series = BTreeSet::new();
@@ -1013,6 +1351,9 @@ mod exposition {
             if let Some(comment) = line.strip_prefix('#') {
                 let mut words = comment.trim_start().splitn(3, ' ');
                 let keyword = words.next().unwrap_or("");
+                if keyword == "EOF" {
+                    return Err(at("text after `# EOF`".into()));
+                }
                 if keyword != "HELP" && keyword != "TYPE" {
                     continue; // a plain comment
                 }
@@ -1047,6 +1388,7 @@ mod exposition {
                             '\\' => match chars.next() {
                                 Some('\\') => help.push('\\'),
                                 Some('n') => help.push('\n'),
+                                Some('"') => help.push('"'),
                                 other => return Err(at(format!("bad escape {other:?} in HELP"))),
                             },
                             c => help.push(c),
@@ -1158,24 +1500,26 @@ mod exposition {
 
     #[test]
     fn the_reader_refuses_what_prometheus_would() {
-        let good =
-            "# HELP a_total Things.\n# TYPE a_total counter\na_total{x=\"q\\\"\\\\\\n\"} 3\n";
+        let good = "# HELP a Things.\n# TYPE a counter\na_total{x=\"q\\\"\\\\\\n\"} 3\n# EOF\n";
         let parsed = parse(good).unwrap();
         assert_eq!(parsed.value("a_total", &[("x", "q\"\\\n")]), Some(3.0));
         for bad in [
-            "a_total 1\n",                                                   // no HELP/TYPE
-            "# TYPE a_total counter\na_total 1\n",                           // no HELP
-            "# HELP a_total x\n# TYPE a_total counter\na_total 1",           // no final newline
-            "# HELP a_total x\n# TYPE a_total counter\nb_total 1\n",         // other family
-            "# HELP a_total x\n# TYPE a_total counter\na_total{x=\"1} 1\n",  // unterminated
-            "# HELP a_total x\n# TYPE a_total counter\na_total{x=\"\\t\"} 1\n", // bad escape
-            "# HELP a_total x\n# TYPE a_total counter\na_total{1x=\"1\"} 1\n", // bad label name
-            "# HELP a_total x\n# TYPE a_total counter\na_total one\n",       // bad value
-            "# HELP a_total x\n# TYPE a_total counter\na_total 1\na_total 2\n", // repeated
-            "# HELP a_total x\n# TYPE a_total counter\na_total -1\n",        // negative counter
-            "# HELP a x\n# TYPE a sometype\na 1\n",                          // unknown type
-            "# HELP h x\n# TYPE h histogram\nh_bucket{le=\"1\"} 2\nh_bucket{le=\"+Inf\"} 1\nh_sum 1\nh_count 1\n",
-            "# HELP h x\n# TYPE h histogram\nh_bucket{le=\"1\"} 1\nh_sum 1\nh_count 1\n",
+            "a_total 1\n# EOF\n",                                               // no HELP/TYPE
+            "# TYPE a counter\na_total 1\n# EOF\n",                             // no HELP
+            "# HELP a x\n# TYPE a counter\na_total 1\n# EOF",                   // no final newline
+            "# HELP a x\n# TYPE a counter\na_total 1\n",                        // no # EOF
+            "# HELP a x\n# TYPE a counter\n# EOF\na_total 1\n# EOF\n",          // text after # EOF
+            "# HELP a x\n# TYPE a counter\nb_total 1\n# EOF\n",                // other family
+            "# HELP a x\n# TYPE a counter\na 1\n# EOF\n",                      // counter without _total
+            "# HELP a x\n# TYPE a counter\na_total{x=\"1} 1\n# EOF\n",         // unterminated
+            "# HELP a x\n# TYPE a counter\na_total{x=\"\\t\"} 1\n# EOF\n",     // bad escape
+            "# HELP a x\n# TYPE a counter\na_total{1x=\"1\"} 1\n# EOF\n",      // bad label name
+            "# HELP a x\n# TYPE a counter\na_total one\n# EOF\n",              // bad value
+            "# HELP a x\n# TYPE a counter\na_total 1\na_total 2\n# EOF\n",     // repeated
+            "# HELP a x\n# TYPE a counter\na_total -1\n# EOF\n",               // negative counter
+            "# HELP a x\n# TYPE a sometype\na 1\n# EOF\n",                     // unknown type
+            "# HELP h x\n# TYPE h histogram\nh_bucket{le=\"1\"} 2\nh_bucket{le=\"+Inf\"} 1\nh_sum 1\nh_count 1\n# EOF\n",
+            "# HELP h x\n# TYPE h histogram\nh_bucket{le=\"1\"} 1\nh_sum 1\nh_count 1\n# EOF\n",
         ] {
             assert!(parse(bad).is_err(), "accepted:\n{bad}");
         }

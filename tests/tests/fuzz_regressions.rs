@@ -1,57 +1,105 @@
-//! Every input the fuzzers ever found a problem with, replayed on every test
-//! run: the files in `fuzz/regressions/<target>/` (and the seed inputs in
-//! `fuzz/seeds/<target>/`) go through the same harness as `cargo fuzz`
-//! (`fuzz/src/harness.rs`, included here), with the same checks.
-//! `docs/fuzzing.md` says how a crash becomes one of these files.
+//! Every input the fuzzers ever found a problem with, and the seed corpus
+//! they start from, replayed on every test run: the files in
+//! `fuzz/regressions/<target>/` and `fuzz/seeds/<target>/` go through the
+//! same harness as `cargo fuzz` (`fuzz/src/harness.rs`, included here), with
+//! the same checks. The seeds are written by a deterministic generator
+//! (`fuzz/src/seeds.rs`): valid signed deliveries and near misses for every
+//! verifier, each with the outcome it must have. `docs/fuzzing.md` says how a
+//! crash becomes a regression file, and how to regenerate the seeds
+//! (`TICKMARK_WRITE_FUZZ_SEEDS=1`).
 
 #[allow(dead_code, missing_docs)]
 #[path = "../../fuzz/src/harness.rs"]
 mod harness;
 
+#[allow(dead_code, missing_docs)]
+#[path = "../../fuzz/src/encode.rs"]
+mod encode;
+
+#[allow(dead_code, missing_docs)]
+#[path = "../../fuzz/src/seeds.rs"]
+mod seeds;
+
 use std::path::{Path, PathBuf};
 
-/// The saved inputs, as (target, file).
+fn fuzz_dir() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../fuzz")
+}
+
+/// The files of `dir` (not recursive), sorted.
+fn files_in(dir: &Path) -> Vec<PathBuf> {
+    let mut files: Vec<PathBuf> = std::fs::read_dir(dir)
+        .unwrap_or_else(|e| panic!("read {}: {e}", dir.display()))
+        .filter_map(Result::ok)
+        .map(|entry| entry.path())
+        .filter(|path| path.is_file())
+        .collect();
+    files.sort();
+    files
+}
+
+/// The saved inputs, as (target, file). Every target has a non-empty seed
+/// folder, and every folder is a target's and holds at least one file: a
+/// lost or misnamed corpus fails here instead of replaying nothing.
 fn saved_inputs() -> Vec<(String, PathBuf)> {
-    let fuzz = Path::new(env!("CARGO_MANIFEST_DIR")).join("../fuzz");
     let mut inputs = Vec::new();
-    for kind in ["regressions", "seeds"] {
-        let Ok(targets) = std::fs::read_dir(fuzz.join(kind)) else {
-            continue;
-        };
-        for target in targets.filter_map(Result::ok) {
-            let name = target.file_name().to_string_lossy().into_owned();
-            let Ok(files) = std::fs::read_dir(target.path()) else {
-                continue;
-            };
-            for file in files.filter_map(Result::ok) {
-                if file.path().is_file() {
-                    inputs.push((name.clone(), file.path()));
-                }
+    let mut problems = Vec::new();
+    for kind in ["seeds", "regressions"] {
+        let root = fuzz_dir().join(kind);
+        let mut folders: Vec<PathBuf> = std::fs::read_dir(&root)
+            .unwrap_or_else(|e| panic!("read {}: {e}", root.display()))
+            .filter_map(Result::ok)
+            .map(|entry| entry.path())
+            .filter(|path| path.is_dir())
+            .collect();
+        folders.sort();
+        for folder in folders {
+            let target = folder
+                .file_name()
+                .map(|name| name.to_string_lossy().into_owned())
+                .unwrap_or_default();
+            if !seeds::ALL_TARGETS.contains(&target.as_str()) {
+                problems.push(format!(
+                    "{} is not a fuzz target's folder",
+                    folder.display()
+                ));
             }
+            let files = files_in(&folder);
+            if files.is_empty() {
+                problems.push(format!("{} is empty", folder.display()));
+            }
+            inputs.extend(files.into_iter().map(|file| (target.clone(), file)));
         }
     }
-    inputs.sort();
+    for target in seeds::ALL_TARGETS {
+        if !inputs
+            .iter()
+            .any(|(t, f)| t == target && f.starts_with(fuzz_dir().join("seeds")))
+        {
+            problems.push(format!("fuzz/seeds/{target}/ is missing or empty"));
+        }
+    }
+    assert!(problems.is_empty(), "{}", problems.join("\n"));
     inputs
+}
+
+fn panic_text(panic: &(dyn std::any::Any + Send)) -> String {
+    panic
+        .downcast_ref::<String>()
+        .cloned()
+        .or_else(|| panic.downcast_ref::<&str>().map(|s| s.to_string()))
+        .unwrap_or_default()
 }
 
 #[test]
 fn every_saved_fuzz_input_passes_the_fuzz_checks() {
     let inputs = saved_inputs();
-    assert!(
-        !inputs.is_empty(),
-        "fuzz/regressions and fuzz/seeds are empty"
-    );
     let mut failures = Vec::new();
     for (target, path) in &inputs {
         let data = std::fs::read(path).expect("read a saved input");
         let target = target.clone();
         if let Err(panic) = std::panic::catch_unwind(move || harness::run_target(&target, &data)) {
-            let message = panic
-                .downcast_ref::<String>()
-                .cloned()
-                .or_else(|| panic.downcast_ref::<&str>().map(|s| s.to_string()))
-                .unwrap_or_default();
-            failures.push(format!("{}: {message}", path.display()));
+            failures.push(format!("{}: {}", path.display(), panic_text(&*panic)));
         }
     }
     assert!(
@@ -59,6 +107,47 @@ fn every_saved_fuzz_input_passes_the_fuzz_checks() {
         "{} of {} saved fuzz inputs fail:\n{}",
         failures.len(),
         inputs.len(),
+        failures.join("\n")
+    );
+}
+
+/// The committed seeds are exactly what the generator writes, and each has
+/// its outcome: valid deliveries verify (as the right id and kind), near
+/// misses are refused with the right code, dedup keys and plans decode as
+/// intended. `TICKMARK_WRITE_FUZZ_SEEDS=1` (re)writes the files instead.
+#[test]
+fn the_seed_corpus_is_the_generators_and_each_seed_has_its_outcome() {
+    let write = std::env::var("TICKMARK_WRITE_FUZZ_SEEDS").is_ok_and(|v| v == "1");
+    let seeds = seeds::seeds();
+    let mut failures = Vec::new();
+    for seed in &seeds {
+        let got = seeds::outcome(seed.target, &seed.bytes);
+        if got != seed.expect {
+            failures.push(format!(
+                "{}/{}: expected `{}`, got `{got}`",
+                seed.target, seed.name, seed.expect
+            ));
+        }
+        let path = fuzz_dir().join("seeds").join(seed.target).join(&seed.name);
+        if write {
+            std::fs::create_dir_all(path.parent().expect("a folder")).expect("create the folder");
+            std::fs::write(&path, &seed.bytes).expect("write a seed");
+        } else if std::fs::read(&path).ok().as_deref() != Some(seed.bytes.as_slice()) {
+            failures.push(format!(
+                "{} is missing or differs from the generator's: run TICKMARK_WRITE_FUZZ_SEEDS=1 cargo nextest run -p tickmark-tests --test fuzz_regressions",
+                path.display()
+            ));
+        }
+    }
+    for (target, _) in seeds::VERIFY_TARGETS {
+        let per_target = seeds.iter().filter(|s| s.target == target).count();
+        assert!(per_target >= 6, "{target} has only {per_target} seeds");
+    }
+    assert!(
+        failures.is_empty(),
+        "{} of {} seeds are wrong:\n{}",
+        failures.len(),
+        seeds.len(),
         failures.join("\n")
     );
 }

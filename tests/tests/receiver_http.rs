@@ -101,15 +101,28 @@ async fn an_oversized_body_is_413_with_or_without_content_length(
         "rejected",
         Some("payload_too_large"),
     );
-    // Far over the limit, chunked: refused as soon as the limit is passed.
+    // Far over the limit, chunked, with a signature header of the right
+    // shape: refused as soon as the limit is passed.
+    let well_formed = format!("t=1,v1={}", "0".repeat(64));
     let huge = Outgoing::post("/hooks/stripe", Vec::new())
-        .header("stripe-signature", "t=1,v1=00")
+        .header("stripe-signature", well_formed)
         .chunked(vec![vec![b' '; 64 * 1024]; 8]);
     assert_answer(
         &h.send(&huge).await,
         413,
         "rejected",
         Some("payload_too_large"),
+    );
+    // The same with a malformed signature header: refused before the body
+    // is read (the header is checked first).
+    let unsigned_huge = Outgoing::post("/hooks/stripe", Vec::new())
+        .header("stripe-signature", "t=1,v1=00")
+        .chunked(vec![vec![b' '; 64 * 1024]; 8]);
+    assert_answer(
+        &h.send(&unsigned_huge).await,
+        401,
+        "rejected",
+        Some("malformed_signature"),
     );
     // A Content-Length over the limit is refused before the body is read.
     let declared = Outgoing::post("/hooks/stripe", vec![b' '; 10])

@@ -220,6 +220,7 @@ async fn http_call_retries_a_503_and_sends_one_key_on_every_attempt(db: TestDb) 
     engine.accept(order_paid("evt_503")).await.unwrap();
     let stats = engine
         .worker(quick_worker("w"))
+        .expect("valid worker settings")
         .run_until_idle()
         .await
         .unwrap();
@@ -274,6 +275,7 @@ async fn http_call_dead_letters_a_404_at_once(db: TestDb) {
     engine.accept(order_paid("evt_404")).await.unwrap();
     let stats = engine
         .worker(quick_worker("w"))
+        .expect("valid worker settings")
         .run_until_idle()
         .await
         .unwrap();
@@ -310,6 +312,7 @@ async fn http_call_waits_at_least_retry_after_on_429(db: TestDb) {
     engine.accept(order_paid("evt_429")).await.unwrap();
     engine
         .worker(quick_worker("w"))
+        .expect("valid worker settings")
         .run_until_idle()
         .await
         .unwrap();
@@ -357,6 +360,7 @@ async fn write_file_rerun_overwrites_and_leaves_no_temporary_files(db: TestDb) {
     engine.accept(order_paid(id)).await.unwrap();
     let stats = engine
         .worker(quick_worker("w"))
+        .expect("valid worker settings")
         .run_until_idle()
         .await
         .unwrap();
@@ -409,7 +413,9 @@ async fn write_file_taken_over_mid_step_is_rewritten_in_place(db: TestDb) {
     engine.accept(order_paid("evt_taken")).await.unwrap();
     let path = out.path().join("evt_taken");
 
-    let zombie = engine.worker(quick_worker("zombie"));
+    let zombie = engine
+        .worker(quick_worker("zombie"))
+        .expect("valid worker settings");
     let mut zombie_stats = zombie.stats();
     let shutdown = CancellationToken::new();
     let running = tokio::spawn(zombie.run(shutdown.clone()));
@@ -430,6 +436,7 @@ async fn write_file_taken_over_mid_step_is_rewritten_in_place(db: TestDb) {
 
     let stats = engine
         .worker(quick_worker("heir"))
+        .expect("valid worker settings")
         .run_until_idle()
         .await
         .unwrap();
@@ -522,6 +529,7 @@ async fn outbox_enqueues_once_and_delivers_once_after_a_500(db: TestDb) {
     engine.accept(order_paid("evt_outbox")).await.unwrap();
     engine
         .worker(quick_worker("w"))
+        .expect("valid worker settings")
         .run_until_idle()
         .await
         .unwrap();
@@ -594,6 +602,7 @@ async fn outbox_dead_letters_a_delivery_refused_with_400(db: TestDb) {
     engine.accept(order_paid("evt_refused")).await.unwrap();
     engine
         .worker(quick_worker("w"))
+        .expect("valid worker settings")
         .run_until_idle()
         .await
         .unwrap();

@@ -3,6 +3,7 @@
 
 use std::time::Duration;
 
+/// The units [`human`] prints, largest first.
 const UNITS: [(&str, u64); 5] = [
     ("w", 7 * 24 * 3600),
     ("d", 24 * 3600),
@@ -12,50 +13,41 @@ const UNITS: [(&str, u64); 5] = [
 ];
 
 /// The longest duration accepted: 100 years, far past any retention.
-const MAX_SECONDS: u64 = 100 * 365 * 24 * 3600;
+const MAX: Duration = Duration::from_secs(100 * 365 * 24 * 3600);
 
-/// Parse `90s`, `15m`, `4h`, `3d`, `1w` or a sum like `1d12h` (clap value parser).
+const HINT: &str = "write a number and a unit: 90s, 15m, 4h, 3d, 1w (or a sum: 1h30m)";
+
+/// Parse `90s`, `15m`, `4h`, `3d`, `1w` or a sum like `1d12h` (clap value
+/// parser). `humantime` reads it (so `1h 30m`, `2days` and `500ms` work
+/// too); whole numbers only, and at most 100 years.
 pub(crate) fn parse(text: &str) -> Result<Duration, String> {
-    let hint = "write a number and a unit: 90s, 15m, 4h, 3d, 1w (or a sum: 1h30m)";
     let text = text.trim();
     if text.is_empty() {
-        return Err(format!("empty duration; {hint}"));
+        return Err(format!("empty duration; {HINT}"));
     }
-    let mut total: u64 = 0;
-    let mut rest = text;
-    while !rest.is_empty() {
-        let digits = rest
-            .find(|c: char| !c.is_ascii_digit())
-            .unwrap_or(rest.len());
-        if digits == 0 {
-            return Err(format!("`{text}` is not a duration; {hint}"));
+    if !text.starts_with(|c: char| c.is_ascii_digit()) || text.contains('.') {
+        return Err(format!("`{text}` is not a duration; {HINT}"));
+    }
+    let duration = humantime::parse_duration(text).map_err(|error| match error {
+        humantime::DurationError::UnknownUnit { unit, .. } if unit.is_empty() => {
+            format!("`{text}` has no unit; {HINT}")
         }
-        let number: u64 = rest[..digits]
-            .parse()
-            .map_err(|_| format!("`{text}` is too long a duration"))?;
-        rest = &rest[digits..];
-        let unit_len = rest
-            .find(|c: char| c.is_ascii_digit())
-            .unwrap_or(rest.len());
-        let unit = &rest[..unit_len];
-        rest = &rest[unit_len..];
-        let seconds = match UNITS.iter().find(|(name, _)| *name == unit) {
-            Some((_, seconds)) => *seconds,
-            None if unit.is_empty() => {
-                return Err(format!("`{text}` has no unit; {hint}"));
-            }
-            None => return Err(format!("unknown unit `{unit}` in `{text}`; {hint}")),
-        };
-        total = number
-            .checked_mul(seconds)
-            .and_then(|s| total.checked_add(s))
-            .filter(|s| *s <= MAX_SECONDS)
-            .ok_or_else(|| format!("`{text}` is longer than 100 years"))?;
+        humantime::DurationError::UnknownUnit { unit, .. } => {
+            format!("unknown unit `{unit}` in `{text}`; {HINT}")
+        }
+        humantime::DurationError::NumberOverflow => format!("`{text}` is too long a duration"),
+        _ => format!("`{text}` is not a duration; {HINT}"),
+    })?;
+    if duration > MAX {
+        return Err(format!("`{text}` is longer than 100 years"));
     }
-    Ok(Duration::from_secs(total))
+    Ok(duration)
 }
 
 /// A duration for people: its two largest units (`3d 4h`, `15m 10s`, `42s`, `850ms`).
+///
+/// Hand-written: `humantime::format_duration` prints every unit down to the
+/// nanosecond (`3days 4h 5s 120ms`), where an operator wants two.
 pub(crate) fn human(duration: Duration) -> String {
     let seconds = duration.as_secs();
     if seconds == 0 {
@@ -107,6 +99,15 @@ mod tests {
         }
         assert!(parse("90").unwrap_err().contains("no unit"));
         assert!(parse("3x").unwrap_err().contains("unknown unit `x`"));
+    }
+
+    #[test]
+    fn reads_what_humantime_reads_in_whole_numbers() {
+        assert_eq!(parse("1h 30m"), Ok(Duration::from_secs(5400)));
+        assert_eq!(parse("2days"), Ok(Duration::from_secs(2 * 86_400)));
+        assert_eq!(parse("500ms"), Ok(Duration::from_millis(500)));
+        assert!(parse("99y").is_ok());
+        assert!(parse("101y").unwrap_err().contains("100 years"));
     }
 
     #[test]

@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use chrono::Utc;
+use chrono::{DateTime, Utc};
 use clap::{Args, Subcommand};
 use serde::Serialize;
 use serde_json::Value;
@@ -11,10 +11,12 @@ use super::duration;
 use super::explain::{explain, Facts, StepView};
 use super::format::{relative, time, time_and_relative, time_opt, took};
 use super::lookup::resolve;
+use super::printable;
 use super::table::{truncate, Table};
 use super::{default_actor, Failure, Output};
 use crate::event::EventState;
-use crate::store::admin::{Actor, AuditEntry, EventFilter, RetryRequest};
+use crate::operator::{Actor, Operations, RetryRequest};
+use crate::store::admin::{AuditEntry, EventFilter};
 use crate::store::{EventRecord, StepStatus, Store};
 
 const ID_HELP: &str = "The event: its row number (42) or its dedup key (evt_1NG8…, sha256:…)";
@@ -293,22 +295,147 @@ async fn show(store: &dyn Store, out: Output, args: ShowArgs) -> Result<(), Fail
     out.emit(&shown, || render_show(&detail, args.full))
 }
 
+/// `events show` for people: a title line, the record's facts, the
+/// explanation, the step-status table and the audit trail. Long values are
+/// cut unless `full`.
 fn render_show(detail: &Detail, full: bool) -> String {
     let now = Utc::now();
-    let record = &detail.record;
-    let cut = |text: &str, max: usize| {
-        if full {
+    let view = ShowView { full };
+    let event = &detail.record.event;
+    let mut text = format!(
+        "event {}  {}  {}  {}\n",
+        event.seq,
+        printable::line(&event.source),
+        printable::line(&event.id),
+        printable::line(&event.kind)
+    );
+    text.push_str(&view.facts(&detail.record, now));
+    text.push_str(&format!("\nwhy: {}\n", detail.explanation));
+    text.push_str("\nsteps\n");
+    text.push_str(&view.steps(&detail.steps));
+    text.push_str("\naudit trail (manual actions, oldest first)\n");
+    text.push_str(&view.audit(&detail.audit));
+    text
+}
+
+/// How `events show` prints: cut to fit a terminal, or in full.
+struct ShowView {
+    full: bool,
+}
+
+impl ShowView {
+    /// `text`, or its first `max` columns unless `--full`.
+    fn cut(&self, text: &str, max: usize) -> String {
+        if self.full {
             text.to_owned()
         } else {
             truncate(text, max)
         }
-    };
-    let mut text = format!(
-        "event {}  {}  {}  {}\n",
-        record.event.seq, record.event.source, record.event.id, record.event.kind
-    );
-    let mut facts = Table::new(["", ""]);
-    let state = match record.finished_at {
+    }
+
+    /// The record as a list of facts; with `--full` the payload follows,
+    /// pretty-printed, instead of one cut line among them.
+    fn facts(&self, record: &EventRecord, now: DateTime<Utc>) -> String {
+        let mut facts = Table::without_header(2);
+        facts.row(vec!["state".into(), state_line(record, now)]);
+        facts.row(vec![
+            "received".into(),
+            time_and_relative(record.event.received_at, now),
+        ]);
+        facts.row(vec![
+            "progress".into(),
+            format!(
+                "{} of {} steps settled; attempt {} of the current step",
+                record.next_step, record.step_count, record.attempt
+            ),
+        ]);
+        facts.row(vec!["lease".into(), lease_line(record)]);
+        if let Some(error) = &record.last_error {
+            facts.row(vec!["last error".into(), self.cut(error, 200)]);
+        }
+        if !self.full {
+            facts.row(vec![
+                "payload".into(),
+                truncate(&record.event.payload.to_string(), 100),
+            ]);
+        }
+        let mut text = facts.render();
+        if self.full {
+            let payload = serde_json::to_string_pretty(&record.event.payload).unwrap_or_default();
+            text.push_str("payload\n");
+            text.push_str(&printable::block(&payload));
+            text.push('\n');
+        }
+        text
+    }
+
+    /// The step-status table.
+    fn steps(&self, steps: &[StepStatus]) -> String {
+        let mut table = Table::new([
+            "#",
+            "STEP",
+            "STATE",
+            "ATTEMPTS",
+            "IDEMPOTENCY KEY",
+            "STARTED",
+            "FINISHED",
+            "TOOK",
+            "LAST ERROR",
+            "OUTPUT",
+        ])
+        .right_aligned(&[0, 3, 7]);
+        for step in steps {
+            let state = match (step.progress, &step.progress_message) {
+                (Some(fraction), message) => format!(
+                    "{} {:.0}% {}",
+                    step.state,
+                    fraction * 100.0,
+                    self.cut(message.as_deref().unwrap_or_default(), 40)
+                ),
+                (None, _) => step.state.to_string(),
+            };
+            table.row(vec![
+                step.position.to_string(),
+                step.step.clone(),
+                state,
+                step.attempts.to_string(),
+                step.idempotency_key.clone(),
+                time_opt(step.started_at),
+                time_opt(step.finished_at),
+                took(step.started_at, step.finished_at),
+                self.cut(step.last_error.as_deref().unwrap_or_default(), 80),
+                step.output
+                    .as_ref()
+                    .map(|output| self.cut(&output.to_string(), 80))
+                    .unwrap_or_default(),
+            ]);
+        }
+        table.render()
+    }
+
+    /// The audit trail, or `(none)`.
+    fn audit(&self, audit: &[AuditEntry]) -> String {
+        if audit.is_empty() {
+            return "(none)\n".to_owned();
+        }
+        let mut table = Table::new(["AT", "ACTOR", "ACTION", "STEP", "REASON", "DETAIL"]);
+        for entry in audit {
+            table.row(vec![
+                time(entry.at),
+                entry.actor.clone(),
+                entry.action.clone(),
+                entry.step.clone().unwrap_or_default(),
+                entry.reason.clone().unwrap_or_default(),
+                self.cut(entry.detail.as_deref().unwrap_or_default(), 120),
+            ]);
+        }
+        table.render()
+    }
+}
+
+/// "dead since …", "running, leased by … until …", "pending, due …".
+fn state_line(record: &EventRecord, now: DateTime<Utc>) -> String {
+    match record.finished_at {
         Some(at) if !record.state.is_active() => {
             format!("{} since {}", record.state, time_and_relative(at, now))
         }
@@ -321,115 +448,25 @@ fn render_show(detail: &Detail, full: bool) -> String {
             format!("pending, due {}", time_and_relative(record.due_at, now))
         }
         _ => record.state.to_string(),
-    };
-    facts.row(vec!["state".into(), state]);
-    facts.row(vec![
-        "received".into(),
-        time_and_relative(record.event.received_at, now),
-    ]);
-    facts.row(vec![
-        "progress".into(),
-        format!(
-            "{} of {} steps settled; attempt {} of the current step",
-            record.next_step, record.step_count, record.attempt
-        ),
-    ]);
-    facts.row(vec![
-        "lease".into(),
-        format!(
-            "fencing token {}{}{}",
-            record.lease_token,
-            record
-                .lease_owner
-                .as_deref()
-                .map(|w| format!(", last held by {w}"))
-                .unwrap_or_default(),
-            if record.takeovers > 0 {
-                format!(", taken over {} time(s)", record.takeovers)
-            } else {
-                String::new()
-            }
-        ),
-    ]);
-    if let Some(error) = &record.last_error {
-        facts.row(vec!["last error".into(), cut(error, 200)]);
     }
-    let payload = if full {
-        serde_json::to_string_pretty(&record.event.payload).unwrap_or_default()
-    } else {
-        truncate(&record.event.payload.to_string(), 100)
-    };
-    if !full {
-        facts.row(vec!["payload".into(), payload.clone()]);
-    }
-    // The two-column fact list has no header line.
-    text.push_str(facts.render().split_once('\n').map_or("", |(_, rest)| rest));
-    if full {
-        text.push_str("payload\n");
-        text.push_str(&payload);
-        text.push('\n');
-    }
-    text.push_str(&format!("\nwhy: {}\n", detail.explanation));
+}
 
-    text.push_str("\nsteps\n");
-    let mut steps = Table::new([
-        "#",
-        "STEP",
-        "STATE",
-        "ATTEMPTS",
-        "IDEMPOTENCY KEY",
-        "STARTED",
-        "FINISHED",
-        "TOOK",
-        "LAST ERROR",
-        "OUTPUT",
-    ])
-    .right_aligned(&[0, 3, 7]);
-    for step in &detail.steps {
-        steps.row(vec![
-            step.position.to_string(),
-            step.step.clone(),
-            match (step.progress, &step.progress_message) {
-                (Some(fraction), message) => format!(
-                    "{} {:.0}% {}",
-                    step.state,
-                    fraction * 100.0,
-                    cut(message.as_deref().unwrap_or_default(), 40)
-                ),
-                (None, _) => step.state.to_string(),
-            },
-            step.attempts.to_string(),
-            step.idempotency_key.clone(),
-            time_opt(step.started_at),
-            time_opt(step.finished_at),
-            took(step.started_at, step.finished_at),
-            cut(step.last_error.as_deref().unwrap_or_default(), 80),
-            step.output
-                .as_ref()
-                .map(|output| cut(&output.to_string(), 80))
-                .unwrap_or_default(),
-        ]);
-    }
-    text.push_str(&steps.render());
-
-    text.push_str("\naudit trail (manual actions, oldest first)\n");
-    if detail.audit.is_empty() {
-        text.push_str("(none)\n");
-    } else {
-        let mut audit = Table::new(["AT", "ACTOR", "ACTION", "STEP", "REASON", "DETAIL"]);
-        for entry in &detail.audit {
-            audit.row(vec![
-                time(entry.at),
-                entry.actor.clone(),
-                entry.action.clone(),
-                entry.step.clone().unwrap_or_default(),
-                entry.reason.clone().unwrap_or_default(),
-                cut(entry.detail.as_deref().unwrap_or_default(), 120),
-            ]);
+/// "fencing token 4, last held by w-1, taken over 1 time(s)".
+fn lease_line(record: &EventRecord) -> String {
+    format!(
+        "fencing token {}{}{}",
+        record.lease_token,
+        record
+            .lease_owner
+            .as_deref()
+            .map(|w| format!(", last held by {w}"))
+            .unwrap_or_default(),
+        if record.takeovers > 0 {
+            format!(", taken over {} time(s)", record.takeovers)
+        } else {
+            String::new()
         }
-        text.push_str(&audit.render());
-    }
-    text
+    )
 }
 
 #[derive(Serialize)]
@@ -450,8 +487,8 @@ async fn explain_one(store: &dyn Store, out: Output, args: ExplainArgs) -> Resul
         format!(
             "event {} ({} from {}): {}\n",
             detail.record.event.seq,
-            detail.record.event.id,
-            detail.record.event.source,
+            printable::line(&detail.record.event.id),
+            printable::line(&detail.record.event.source),
             detail.explanation
         )
     })
@@ -482,10 +519,13 @@ pub(crate) async fn report_action(
     out.emit(&acted, || {
         let mut text = format!(
             "{action}: event {} ({} from {}) is now {}",
-            record.event.seq, record.event.id, record.event.source, record.state
+            record.event.seq,
+            printable::line(&record.event.id),
+            printable::line(&record.event.source),
+            record.state
         );
         if let Some(detail) = entry.and_then(|e| e.detail.as_deref()) {
-            text.push_str(&format!(" — {detail}"));
+            text.push_str(&format!(" — {}", printable::line(detail)));
         }
         text.push('\n');
         if record.state == EventState::Pending {

@@ -4,6 +4,7 @@
 use chrono::{DateTime, Utc};
 
 use super::format::{relative, time};
+use super::printable;
 use crate::event::{EventState, StepState};
 use crate::store::admin::AuditEntry;
 use crate::store::{EventRecord, StepStatus};
@@ -108,6 +109,21 @@ impl Facts<'_> {
         self.audit.iter().rev().find(|entry| entry.action == action)
     }
 
+    /// When the event finished, or "an unknown time".
+    fn finished(&self) -> String {
+        self.record
+            .finished_at
+            .map(|at| self.at(at))
+            .unwrap_or_else(|| "an unknown time".to_owned())
+    }
+
+    /// " `<key>`": the current step's idempotency key, when known.
+    fn current_key(&self) -> String {
+        self.current()
+            .map(|s| format!(" `{}`", s.idempotency_key))
+            .unwrap_or_default()
+    }
+
     fn error(&self) -> String {
         self.record
             .last_error
@@ -117,160 +133,179 @@ impl Facts<'_> {
     }
 }
 
-/// The paragraph for `tickmark events explain` (and the top of `events show`).
+/// The paragraph for `tickmark events explain` (and the top of `events
+/// show`): what the state means for this event, then what happened to it
+/// along the way. One line, cleaned for the terminal: errors, worker names
+/// and reasons in it came from elsewhere.
 pub(crate) fn explain(facts: &Facts<'_>) -> String {
     let record = facts.record;
-    let seq = facts.seq();
     let mut text = match record.state {
         EventState::Pending => pending(facts),
         // The view's derived step state uses the lease's own clock (the
         // database's, on PostgreSQL); the record's time is the fallback.
-        EventState::Running if !facts.lease_expired() => {
-            let started = facts
-                .current()
-                .and_then(|s| s.started_at)
-                .map(|at| format!(", started {}", facts.at(at)))
-                .unwrap_or_default();
-            format!(
-                "Leased by {} until {}, running {}, {}{started}. Its worker renews the lease \
-                 while the step runs; if the worker dies, the lease runs out and another worker \
-                 takes the event over.",
-                record.lease_owner.as_deref().unwrap_or("a worker"),
-                facts.at(record.due_at),
-                facts.current_step(),
-                facts.attempt(record.attempt),
-            )
-        }
-        EventState::Running => {
-            let key = facts
-                .current()
-                .map(|s| format!(" `{}`", s.idempotency_key))
-                .unwrap_or_default();
-            format!(
-                "Interrupted: the lease of {} expired at {} before {}, {}, was marked, so the \
-                 step's outcome is unknown (its worker died, stalled or lost the database). The \
-                 next claim by any running worker takes it over and re-runs the step with the \
-                 same idempotency key{key}. If it stays here, no worker is running against this \
-                 database.",
-                record.lease_owner.as_deref().unwrap_or("its worker"),
-                facts.at(record.due_at),
-                facts.current_step(),
-                facts.attempt(record.attempt),
-            )
-        }
-        EventState::Parked => format!(
-            "Parked since {} at {}: {}. It waits for an operator: deploy a build that has this \
-             step type, then `tickmark events retry {seq}`.",
-            record
-                .finished_at
-                .map(|at| facts.at(at))
-                .unwrap_or_else(|| "an unknown time".to_owned()),
-            facts.current_step(),
-            facts.error(),
-        ),
-        EventState::Dead => {
-            let key = facts
-                .current()
-                .map(|s| format!(" `{}`", s.idempotency_key))
-                .unwrap_or_default();
-            let done = record.next_step;
-            format!(
-                "Dead since {}: {} failed after {} attempt(s): {}. {} It waits for an operator: \
-                 fix the cause, then `tickmark events retry {seq}` (the step runs again with the \
-                 same idempotency key{key}); if it was handled by hand, `tickmark steps \
-                 mark-done {seq} {name} --reason …` (or `steps skip`); or `tickmark events \
-                 cancel {seq}`.",
-                record
-                    .finished_at
-                    .map(|at| facts.at(at))
-                    .unwrap_or_else(|| "an unknown time".to_owned()),
-                facts.current_step(),
-                record.attempt,
-                facts.error(),
-                match done {
-                    0 => "No step had finished.".to_owned(),
-                    1 => "The step before it is done and stays done.".to_owned(),
-                    n => format!("The {n} steps before it are done and stay done."),
-                },
-                name = facts.step_name(),
-            )
-        }
-        EventState::Done => {
-            let skipped = facts
-                .steps
-                .iter()
-                .filter(|s| s.state == StepState::Skipped)
-                .count();
-            let by_hand = facts.steps.iter().filter(|s| s.by_hand).count();
-            let mut notes = Vec::new();
-            if skipped > 0 {
-                notes.push(format!("{skipped} skipped"));
-            }
-            if by_hand > 0 {
-                notes.push(format!("{by_hand} marked done by hand"));
-            }
-            format!(
-                "Done at {}: all {} step(s) finished{}. Nothing more runs; to run steps again, \
-                 `tickmark events retry {seq} --from-step NAME` (earlier steps stay done, later \
-                 ones re-run with the same idempotency keys).",
-                record
-                    .finished_at
-                    .map(|at| facts.at(at))
-                    .unwrap_or_else(|| "an unknown time".to_owned()),
-                record.step_count,
-                if notes.is_empty() {
-                    String::new()
-                } else {
-                    format!(" ({})", notes.join(", "))
-                },
-            )
-        }
-        EventState::Cancelled => {
-            let by = match facts.last_action("cancel") {
-                Some(entry) => format!(
-                    "Cancelled by {} at {}{}",
-                    entry.actor,
-                    facts.at(entry.at),
-                    entry
-                        .reason
-                        .as_deref()
-                        .map(|r| format!(" (reason: {r})"))
-                        .unwrap_or_default()
-                ),
-                None => format!(
-                    "Cancelled at {}",
-                    record
-                        .finished_at
-                        .map(|at| facts.at(at))
-                        .unwrap_or_else(|| "an unknown time".to_owned())
-                ),
-            };
-            format!(
-                "{by}, at {}. Nothing runs for it; `tickmark events retry {seq}` would re-queue \
-                 it at that step.",
-                facts.current_step()
-            )
-        }
-        EventState::Ignored => format!(
-            "Ignored: no handler was registered for source `{}` and kind `{}` when it arrived \
-             ({}), so nothing runs. It is kept so that redeliveries are recognised as duplicates; \
-             a handler registered later does not apply to it.",
-            record.event.source,
-            record.event.kind,
-            facts.at(record.event.received_at),
-        ),
-        other => format!(
-            "{}{}: it ended without running its steps and stays that way. {}",
-            capitalised(other.as_str()),
-            record
-                .finished_at
-                .map(|at| format!(" since {}", facts.at(at)))
-                .unwrap_or_default(),
-            record.last_error.as_deref().unwrap_or_default(),
-        )
-        .trim_end()
-        .to_owned(),
+        EventState::Running if !facts.lease_expired() => leased(facts),
+        EventState::Running => interrupted(facts),
+        EventState::Parked => parked(facts),
+        EventState::Dead => dead(facts),
+        EventState::Done => done(facts),
+        EventState::Cancelled => cancelled(facts),
+        EventState::Ignored => ignored(facts),
+        other => ended_without_running(facts, other),
     };
+    text.push_str(&history(facts));
+    printable::line(&text)
+}
+
+/// Running under a live lease.
+fn leased(facts: &Facts<'_>) -> String {
+    let record = facts.record;
+    let started = facts
+        .current()
+        .and_then(|s| s.started_at)
+        .map(|at| format!(", started {}", facts.at(at)))
+        .unwrap_or_default();
+    format!(
+        "Leased by {} until {}, running {}, {}{started}. Its worker renews the lease \
+         while the step runs; if the worker dies, the lease runs out and another worker \
+         takes the event over.",
+        record.lease_owner.as_deref().unwrap_or("a worker"),
+        facts.at(record.due_at),
+        facts.current_step(),
+        facts.attempt(record.attempt),
+    )
+}
+
+/// Running, but the lease ran out before the step was marked.
+fn interrupted(facts: &Facts<'_>) -> String {
+    let record = facts.record;
+    format!(
+        "Interrupted: the lease of {} expired at {} before {}, {}, was marked, so the \
+         step's outcome is unknown (its worker died, stalled or lost the database). The \
+         next claim by any running worker takes it over and re-runs the step with the \
+         same idempotency key{}. If it stays here, no worker is running against this \
+         database.",
+        record.lease_owner.as_deref().unwrap_or("its worker"),
+        facts.at(record.due_at),
+        facts.current_step(),
+        facts.attempt(record.attempt),
+        facts.current_key(),
+    )
+}
+
+fn parked(facts: &Facts<'_>) -> String {
+    format!(
+        "Parked since {} at {}: {}. It waits for an operator: deploy a build that has this \
+         step type, then `tickmark events retry {}`.",
+        facts.finished(),
+        facts.current_step(),
+        facts.error(),
+        facts.seq(),
+    )
+}
+
+fn dead(facts: &Facts<'_>) -> String {
+    let record = facts.record;
+    let seq = facts.seq();
+    let before = match record.next_step {
+        0 => "No step had finished.".to_owned(),
+        1 => "The step before it is done and stays done.".to_owned(),
+        n => format!("The {n} steps before it are done and stay done."),
+    };
+    format!(
+        "Dead since {}: {} failed after {} attempt(s): {}. {before} It waits for an operator: \
+         fix the cause, then `tickmark events retry {seq}` (the step runs again with the \
+         same idempotency key{}); if it was handled by hand, `tickmark steps \
+         mark-done {seq} {} --reason …` (or `steps skip`); or `tickmark events \
+         cancel {seq}`.",
+        facts.finished(),
+        facts.current_step(),
+        record.attempt,
+        facts.error(),
+        facts.current_key(),
+        facts.step_name(),
+    )
+}
+
+fn done(facts: &Facts<'_>) -> String {
+    let skipped = facts
+        .steps
+        .iter()
+        .filter(|s| s.state == StepState::Skipped)
+        .count();
+    let by_hand = facts.steps.iter().filter(|s| s.by_hand).count();
+    let mut notes = Vec::new();
+    if skipped > 0 {
+        notes.push(format!("{skipped} skipped"));
+    }
+    if by_hand > 0 {
+        notes.push(format!("{by_hand} marked done by hand"));
+    }
+    let notes = if notes.is_empty() {
+        String::new()
+    } else {
+        format!(" ({})", notes.join(", "))
+    };
+    format!(
+        "Done at {}: all {} step(s) finished{notes}. Nothing more runs; to run steps again, \
+         `tickmark events retry {} --from-step NAME` (earlier steps stay done, later \
+         ones re-run with the same idempotency keys).",
+        facts.finished(),
+        facts.record.step_count,
+        facts.seq(),
+    )
+}
+
+fn cancelled(facts: &Facts<'_>) -> String {
+    let by = match facts.last_action("cancel") {
+        Some(entry) => format!(
+            "Cancelled by {} at {}{}",
+            entry.actor,
+            facts.at(entry.at),
+            reason(entry)
+        ),
+        None => format!("Cancelled at {}", facts.finished()),
+    };
+    format!(
+        "{by}, at {}. Nothing runs for it; `tickmark events retry {}` would re-queue \
+         it at that step.",
+        facts.current_step(),
+        facts.seq(),
+    )
+}
+
+fn ignored(facts: &Facts<'_>) -> String {
+    let event = &facts.record.event;
+    format!(
+        "Ignored: no handler was registered for source `{}` and kind `{}` when it arrived \
+         ({}), so nothing runs. It is kept so that redeliveries are recognised as duplicates; \
+         a handler registered later does not apply to it.",
+        event.source,
+        event.kind,
+        facts.at(event.received_at),
+    )
+}
+
+/// Stale, superseded and the other states that end an event before it runs.
+fn ended_without_running(facts: &Facts<'_>, state: EventState) -> String {
+    let record = facts.record;
+    format!(
+        "{}{}: it ended without running its steps and stays that way. {}",
+        capitalised(state.as_str()),
+        record
+            .finished_at
+            .map(|at| format!(" since {}", facts.at(at)))
+            .unwrap_or_default(),
+        record.last_error.as_deref().unwrap_or_default(),
+    )
+    .trim_end()
+    .to_owned()
+}
+
+/// What happened along the way: takeovers, and the operator's last retry of
+/// an event that is still under way.
+fn history(facts: &Facts<'_>) -> String {
+    let record = facts.record;
+    let mut text = String::new();
     if record.takeovers > 0 {
         text.push_str(&format!(
             " Its lease has been taken over {} time(s) after a worker stopped.",
@@ -283,15 +318,20 @@ pub(crate) fn explain(facts: &Facts<'_>) -> String {
                 " Re-queued by {} at {}{}.",
                 retry.actor,
                 time(retry.at),
-                retry
-                    .reason
-                    .as_deref()
-                    .map(|r| format!(" (reason: {r})"))
-                    .unwrap_or_default()
+                reason(retry)
             ));
         }
     }
     text
+}
+
+/// " (reason: …)" when the audit entry has one.
+fn reason(entry: &AuditEntry) -> String {
+    entry
+        .reason
+        .as_deref()
+        .map(|r| format!(" (reason: {r})"))
+        .unwrap_or_default()
 }
 
 fn pending(facts: &Facts<'_>) -> String {
@@ -445,6 +485,17 @@ mod tests {
             "{text}"
         );
         assert!(text.contains("stripe:evt_1:send_receipt"), "{text}");
+    }
+
+    #[test]
+    fn remote_text_in_the_paragraph_is_cleaned_for_the_terminal() {
+        let mut r = record(EventState::Dead, 1, 5);
+        r.finished_at = Some(now());
+        r.last_error = Some("boom\u{1b}[2J\nfake line\u{7}".into());
+        r.lease_owner = Some("w\u{1b}]0;title\u{7}".into());
+        let text = say(&r, &steps(StepState::Dead), &[]);
+        assert!(!text.chars().any(char::is_control), "{text:?}");
+        assert!(text.contains("boom␛[2J⏎fake line␇"), "{text}");
     }
 
     #[test]

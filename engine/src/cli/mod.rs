@@ -17,7 +17,7 @@
 //! | `steps` | `tickmark steps skip / mark-done` |
 //! | `prune`, `retry_windows` | `tickmark prune` |
 //! | `plans` | `tickmark plans check` |
-//! | `table`, `format`, `duration` | plain-text tables, times, durations |
+//! | `table`, `format`, `duration`, `printable` | plain-text tables, times, durations, text made safe for a terminal |
 
 mod duration;
 mod events;
@@ -26,6 +26,7 @@ mod format;
 mod lookup;
 mod migrate;
 mod plans;
+mod printable;
 mod prune;
 mod retry_windows;
 mod status;
@@ -41,7 +42,7 @@ use std::time::Duration;
 use clap::{Parser, Subcommand};
 use serde::Serialize;
 
-use crate::store::admin::AdminError;
+use crate::operator::AdminError;
 use crate::store::postgres::{PostgresOptions, PostgresStore};
 use crate::store::{Store, StoreError};
 
@@ -251,7 +252,9 @@ impl Output {
             text.push('\n');
             text
         } else {
-            human()
+            // Whatever a command printed, no control character but the
+            // line break reaches the terminal (see `printable`).
+            printable::block(&human())
         };
         let mut stdout = std::io::stdout().lock();
         stdout
@@ -269,7 +272,7 @@ impl Output {
             });
             eprintln!("{error}");
         } else {
-            eprintln!("tickmark: {message}");
+            eprintln!("tickmark: {}", printable::block(&message));
         }
         ExitCode::from(code)
     }

@@ -3,6 +3,7 @@
 
 use serde::Serialize;
 
+use super::printable;
 use super::{Failure, Output};
 use crate::plan::{check_stored_plans, StrandedPlan};
 use crate::store::Store;
@@ -49,8 +50,8 @@ pub(crate) async fn check(store: &dyn Store, out: Output) -> Result<(), Failure>
                 "  {} event(s), e.g. #{}: steps [{}]\n    {}\n",
                 plan.events,
                 plan.example_seq,
-                plan.steps.join(", "),
-                plan.problem
+                printable::line(&plan.steps.join(", ")),
+                printable::line(&plan.problem)
             ));
         }
         text

@@ -95,7 +95,7 @@ fn render(status: &Status, oldest: &Option<std::time::Duration>) -> String {
         text.push_str(&table.render());
     }
     text.push('\n');
-    let mut facts = Table::new(["", ""]);
+    let mut facts = Table::without_header(2);
     facts.row(vec![
         "oldest pending".into(),
         match oldest {
@@ -149,6 +149,6 @@ fn render(status: &Status, oldest: &Option<std::time::Duration>) -> String {
             done
         ),
     ]);
-    text.push_str(facts.render().split_once('\n').map_or("", |(_, rest)| rest));
+    text.push_str(&facts.render());
     text
 }

@@ -6,7 +6,7 @@ use clap::{Args, Subcommand};
 use super::events::{report_action, Target};
 use super::lookup::resolve;
 use super::{default_actor, Failure, Output};
-use crate::store::admin::Actor;
+use crate::operator::{Actor, Operations};
 use crate::store::Store;
 
 #[derive(Debug, Subcommand)]

@@ -1,30 +1,44 @@
-//! A small plain-text table: a header row, columns padded to their widest
-//! cell, two spaces between columns, numbers right-aligned. Cells are one
-//! line each (line breaks become `⏎`); width counts characters.
+//! Plain-text tables, laid out by `comfy-table`: a header row, columns
+//! padded to their widest cell by display width (so `日本` counts two
+//! columns and `é` one), two spaces between columns, numbers right-aligned,
+//! no borders and no colour. Every cell is cleaned for the terminal
+//! ([`printable::line`]): one line, no control characters.
 
-/// Rows under a header, rendered as aligned text.
+use comfy_table::presets::NOTHING;
+use comfy_table::{CellAlignment, ContentArrangement};
+use unicode_width::UnicodeWidthChar;
+
+use super::printable;
+
+/// Rows, with or without a header, rendered as aligned text.
 #[derive(Debug)]
 pub(crate) struct Table {
-    headers: Vec<String>,
-    right: Vec<bool>,
-    rows: Vec<Vec<String>>,
+    inner: comfy_table::Table,
+    columns: usize,
 }
 
 impl Table {
     /// A table with these column headers.
     pub(crate) fn new<const N: usize>(headers: [&str; N]) -> Self {
-        Self {
-            headers: headers.iter().map(|h| (*h).to_owned()).collect(),
-            right: vec![false; N],
-            rows: Vec::new(),
-        }
+        let mut table = Self::without_header(N);
+        table.inner.set_header(headers.to_vec());
+        table
+    }
+
+    /// A table of `columns` columns without a header line (a list of facts).
+    pub(crate) fn without_header(columns: usize) -> Self {
+        let mut inner = comfy_table::Table::new();
+        inner
+            .load_preset(NOTHING)
+            .set_content_arrangement(ContentArrangement::Disabled);
+        Self { inner, columns }
     }
 
     /// Right-align these columns (counts, durations).
     pub(crate) fn right_aligned(mut self, columns: &[usize]) -> Self {
         for column in columns {
-            if let Some(right) = self.right.get_mut(*column) {
-                *right = true;
+            if let Some(column) = self.inner.column_mut(*column) {
+                column.set_cell_alignment(CellAlignment::Right);
             }
         }
         self
@@ -32,35 +46,23 @@ impl Table {
 
     /// Add a row; missing cells are blank, extra cells are dropped.
     pub(crate) fn row(&mut self, cells: Vec<String>) {
-        let mut cells: Vec<String> = cells.into_iter().map(|cell| one_line(&cell)).collect();
-        cells.resize(self.headers.len(), String::new());
-        self.rows.push(cells);
+        let mut cells: Vec<String> = cells.iter().map(|cell| printable::line(cell)).collect();
+        cells.resize(self.columns, String::new());
+        self.inner.add_row(cells);
     }
 
     /// The table as text, one line per row, each ending in a newline.
-    pub(crate) fn render(&self) -> String {
-        let mut widths: Vec<usize> = self.headers.iter().map(|h| width(h)).collect();
-        for row in &self.rows {
-            for (column, cell) in row.iter().enumerate() {
-                widths[column] = widths[column].max(width(cell));
-            }
+    pub(crate) fn render(&mut self) -> String {
+        // One space of padding either side of each cell makes two between
+        // columns; none at the edges.
+        let last = self.columns.saturating_sub(1);
+        for (index, column) in self.inner.column_iter_mut().enumerate() {
+            let left = u16::from(index > 0);
+            let right = u16::from(index < last);
+            column.set_padding((left, right));
         }
         let mut out = String::new();
-        for row in std::iter::once(&self.headers).chain(&self.rows) {
-            let mut line = String::new();
-            for (column, cell) in row.iter().enumerate() {
-                if column > 0 {
-                    line.push_str("  ");
-                }
-                let pad = " ".repeat(widths[column] - width(cell));
-                if self.right[column] {
-                    line.push_str(&pad);
-                    line.push_str(cell);
-                } else {
-                    line.push_str(cell);
-                    line.push_str(&pad);
-                }
-            }
+        for line in self.inner.lines() {
             out.push_str(line.trim_end());
             out.push('\n');
         }
@@ -68,23 +70,22 @@ impl Table {
     }
 }
 
-fn width(text: &str) -> usize {
-    text.chars().count()
-}
-
-fn one_line(text: &str) -> String {
-    text.trim_end()
-        .replace("\r\n", "⏎")
-        .replace(['\n', '\r'], "⏎")
-        .replace('\t', " ")
-}
-
-/// `text` cut to `max` characters, ending in `…` when cut.
+/// `text` cut to `max` display columns, ending in `…` when cut.
 pub(crate) fn truncate(text: &str, max: usize) -> String {
-    if width(text) <= max {
+    let width = |c: char| c.width().unwrap_or(0);
+    if text.chars().map(width).sum::<usize>() <= max {
         return text.to_owned();
     }
-    let mut cut: String = text.chars().take(max.saturating_sub(1)).collect();
+    let mut cut = String::new();
+    let mut used = 0;
+    for c in text.chars() {
+        // Room is kept for the `…`.
+        if used + width(c) + 1 > max {
+            break;
+        }
+        used += width(c);
+        cut.push(c);
+    }
     cut.push('…');
     cut
 }
@@ -115,9 +116,38 @@ mod tests {
     }
 
     #[test]
+    fn wide_characters_count_their_display_width() {
+        let mut table = Table::new(["ID", "STATE"]);
+        table.row(vec!["日本".into(), "done".into()]);
+        table.row(vec!["abcde".into(), "dead".into()]);
+        assert_eq!(table.render(), "ID     STATE\n日本   done\nabcde  dead\n");
+    }
+
+    #[test]
+    fn a_fact_list_has_no_header_line() {
+        let mut facts = Table::without_header(2);
+        facts.row(vec!["state".into(), "dead".into()]);
+        facts.row(vec!["last error".into(), "boom".into()]);
+        assert_eq!(facts.render(), "state       dead\nlast error  boom\n");
+    }
+
+    #[test]
+    fn cells_carry_no_escape_sequences() {
+        let mut table = Table::new(["ERROR"]);
+        table.row(vec!["\u{1b}[31mred\u{1b}[0m\u{7}".into()]);
+        let text = table.render();
+        assert!(
+            !text.contains('\u{1b}') && !text.contains('\u{7}'),
+            "{text:?}"
+        );
+        assert!(text.contains("␛[31mred␛[0m␇"), "{text}");
+    }
+
+    #[test]
     fn truncation_marks_the_cut() {
         assert_eq!(truncate("abcdef", 4), "abc…");
         assert_eq!(truncate("abc", 4), "abc");
         assert_eq!(truncate("ééééé", 3), "éé…");
+        assert_eq!(truncate("日本語です", 5), "日本…");
     }
 }

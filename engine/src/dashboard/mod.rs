@@ -6,13 +6,22 @@
 //! | `GET /` | the overview: events by state and source, oldest pending age, stuck events, events done per minute, the latest dead letters |
 //! | `GET /events` | the event list, newest first, filtered by `state`, `source`, `kind`, `since` (`90s`, `15m`, `24h`, `7d`) and `limit`; or found by `id` (row number or dedup key) |
 //! | `GET /events/{seq}` | one event: its fields, step-status table, payload and audit trail, and the retry button |
-//! | `POST /events/{seq}/retry` | re-queue the event (form fields `token`, `from_step`, `force`, `reason`); 303 to the event page, the refusal on the page (409), or 401 without the token |
+//! | `POST /events/{seq}/retry` | re-queue the event (form fields `token` or `csrf`, `from_step`, `force`, `reason`); 303 to the event page, the refusal on the page (409), 401 without the token, 403 with a session but without its CSRF token |
+//! | `GET /login`, `POST /login`, `POST /logout` | signing a browser in (the token in a password field sets a session cookie) and out |
 //!
-//! The token ([`Dashboard::token`]) is needed for the retry button, as
-//! `Authorization: Bearer …` or the form's `token` field; reading pages needs
-//! it too with [`Dashboard::token_for_reads`]. Without a token the dashboard
-//! is read-only. Everything shown from the database is escaped
-//! (`html::escape`): payloads, ids and errors arrive in webhook bodies.
+//! **Private by default.** With a token ([`Dashboard::token`]) every page
+//! needs it: `Authorization: Bearer <token>`, or a browser session from the
+//! login form (an `HttpOnly`, `Secure`, `SameSite=Strict` cookie; its forms
+//! carry a CSRF token). A request without it gets 401, with the login form
+//! as the body. Next to it in [`ops::router`](crate::ops::router),
+//! `/metrics` needs the token too, unless [`Dashboard::metrics_public`].
+//! Without a token the dashboard shows nothing and does nothing (every page
+//! answers 401 saying how to configure one): it cannot leak payloads by
+//! being left unconfigured.
+//!
+//! Everything shown from the database (payloads, ids, errors: they arrive
+//! in webhook bodies) goes through `maud` templates, which escape every
+//! spliced value.
 //!
 //! ```
 //! use tickmark::dashboard::Dashboard;
@@ -24,7 +33,7 @@
 //! let engine = Engine::new(tickmark::connect(&url).await?, Handlers::new())?;
 //! let dashboard = Dashboard::new(engine.clone()).token("a long random secret");
 //! // Serve it alone, nest it (`Router::new().nest("/ops", dashboard.router())`),
-//! // or with `/metrics` beside it:
+//! // or with `/metrics` beside it (which then needs the token too):
 //! let app = tickmark::ops::router(engine, Some(dashboard));
 //! # let _ = app;
 //! # Ok(())
@@ -47,8 +56,10 @@
 mod auth;
 mod html;
 mod links;
+mod login;
 mod pages;
 mod retry;
+mod viewer;
 
 use std::fmt;
 use std::sync::Arc;
@@ -60,47 +71,47 @@ use axum::{middleware, Router};
 
 use crate::engine::Engine;
 use crate::store::StoreError;
-use auth::Token;
+pub(crate) use auth::guard_metrics;
+use auth::Auth;
 use html::Page;
-use links::Base;
+use viewer::Viewer;
 
-pub use html::escape;
-
-/// The largest form the retry button may post.
+/// The largest form the retry button or the login form may post.
 const FORM_LIMIT: usize = 16 * 1024;
 
 /// Builds the dashboard's router: the engine whose store it reads, and the
-/// token that guards its actions.
+/// token that guards it.
 #[derive(Clone)]
 pub struct Dashboard {
     engine: Engine,
-    token: Option<Token>,
-    token_for_reads: bool,
+    auth: Option<Arc<Auth>>,
+    metrics_public: bool,
     actor: String,
 }
 
 /// What every request shares.
 pub(crate) struct Shared {
     pub(crate) engine: Engine,
-    pub(crate) token: Option<Token>,
-    pub(crate) token_for_reads: bool,
+    pub(crate) auth: Option<Arc<Auth>>,
     pub(crate) actor: String,
 }
 
 impl Dashboard {
-    /// A read-only dashboard over `engine`'s store: no token, pages open to
-    /// whoever reaches the address.
+    /// A dashboard over `engine`'s store. It shows nothing until it has a
+    /// [`token`](Self::token).
     pub fn new(engine: Engine) -> Self {
         Self {
             engine,
-            token: None,
-            token_for_reads: false,
+            auth: None,
+            metrics_public: false,
             actor: "dashboard".to_owned(),
         }
     }
 
-    /// The bearer token that operator actions (the retry button) need. Use a
-    /// long random secret; it is compared in constant time.
+    /// The token that every page, every action and (in
+    /// [`ops::router`](crate::ops::router)) `/metrics` need. Use a long
+    /// random secret; it is compared in constant time. Browser sessions
+    /// signed in with it are signed with a key drawn now, at random.
     ///
     /// # Panics
     ///
@@ -112,14 +123,16 @@ impl Dashboard {
         if secret.is_empty() {
             panic!("the dashboard token must not be empty");
         }
-        self.token = Some(Token::new(secret));
+        self.auth = Some(Arc::new(Auth::new(secret)));
         self
     }
 
-    /// Require the token (as `Authorization: Bearer …`) to read pages too,
-    /// not only to act. Without a token configured, every page then answers 401.
-    pub fn token_for_reads(mut self, required: bool) -> Self {
-        self.token_for_reads = required;
+    /// Serve `/metrics` without the token (default: it needs it, like the
+    /// pages). For a Prometheus that scrapes over a private network and
+    /// cannot send a bearer token: the metrics show counts, source and step
+    /// names, never payloads. The pages stay private.
+    pub fn metrics_public(mut self, public: bool) -> Self {
+        self.metrics_public = public;
         self
     }
 
@@ -130,13 +143,19 @@ impl Dashboard {
         self
     }
 
+    /// What guards `/metrics` beside this dashboard: its token, unless
+    /// there is none or [`metrics_public`](Self::metrics_public) opened it.
+    pub(crate) fn metrics_auth(&self) -> Option<Arc<Auth>> {
+        self.auth.clone().filter(|_| !self.metrics_public)
+    }
+
     /// The router. Serve it with `axum::serve`, nest it under a prefix (its
-    /// links follow), or merge it with [`ops::router`](crate::ops::router).
+    /// links and its session cookie follow), or merge it with
+    /// [`ops::router`](crate::ops::router).
     pub fn router(&self) -> Router {
         let shared = Arc::new(Shared {
             engine: self.engine.clone(),
-            token: self.token.clone(),
-            token_for_reads: self.token_for_reads,
+            auth: self.auth.clone(),
             actor: self.actor.clone(),
         });
         Router::new()
@@ -144,11 +163,13 @@ impl Dashboard {
             .route("/events", get(pages::events::page))
             .route("/events/{seq}", get(pages::event::page))
             .route("/events/{seq}/retry", post(retry::retry))
+            .route("/login", get(login::show).post(login::sign_in))
+            .route("/logout", post(login::sign_out))
             .fallback(not_found)
             .method_not_allowed_fallback(method_not_allowed)
             .layer(middleware::from_fn_with_state(
                 Arc::clone(&shared),
-                auth::guard_reads,
+                auth::guard,
             ))
             .layer(DefaultBodyLimit::max(FORM_LIMIT))
             .with_state(shared)
@@ -158,25 +179,25 @@ impl Dashboard {
 impl fmt::Debug for Dashboard {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Dashboard")
-            .field("token", &self.token)
-            .field("token_for_reads", &self.token_for_reads)
+            .field("auth", &self.auth)
+            .field("metrics_public", &self.metrics_public)
             .field("actor", &self.actor)
             .finish_non_exhaustive()
     }
 }
 
-async fn not_found(base: Base) -> Page {
+async fn not_found(viewer: Viewer) -> Page {
     Page::message(
-        &base.0,
+        &viewer,
         StatusCode::NOT_FOUND,
         "Not found",
         "There is no such page.",
     )
 }
 
-async fn method_not_allowed(base: Base) -> Page {
+async fn method_not_allowed(viewer: Viewer) -> Page {
     Page::message(
-        &base.0,
+        &viewer,
         StatusCode::METHOD_NOT_ALLOWED,
         "Method not allowed",
         "This page does not take that method.",
@@ -185,11 +206,11 @@ async fn method_not_allowed(base: Base) -> Page {
 
 /// The page for a store error: 503 when the database is unavailable (try
 /// again), 500 otherwise. Details go to the log, not to the page.
-pub(crate) fn store_failure(base: &Base, error: &StoreError) -> Page {
+pub(crate) fn store_failure(viewer: &Viewer, error: &StoreError) -> Page {
     if error.is_transient() {
         tracing::warn!(%error, "dashboard: database unavailable");
         Page::message(
-            &base.0,
+            viewer,
             StatusCode::SERVICE_UNAVAILABLE,
             "Database unavailable",
             "The database is unavailable right now; reload the page in a moment.",
@@ -197,7 +218,7 @@ pub(crate) fn store_failure(base: &Base, error: &StoreError) -> Page {
     } else {
         tracing::error!(%error, "dashboard: store error");
         Page::message(
-            &base.0,
+            viewer,
             StatusCode::INTERNAL_SERVER_ERROR,
             "Store error",
             "The store could not answer; the server's log has the details.",

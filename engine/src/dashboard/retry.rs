@@ -1,8 +1,10 @@
 //! `POST /events/{seq}/retry`: the retry button.
 //!
-//! The token is checked first, before anything is read or changed: a
-//! request without it (as `Authorization: Bearer …` or the form's `token`
-//! field) is answered 401 and changes nothing. A re-queued event redirects
+//! The credentials are checked first, before anything is read or changed:
+//! a request without the token (as `Authorization: Bearer …` or the form's
+//! `token` field) or a signed-in browser's session with its CSRF token (the
+//! form's hidden `csrf` field) is answered 401 (403 for a session whose CSRF
+//! token is missing or wrong) and changes nothing. A re-queued event redirects
 //! (303) to its page, where the audit trail shows the retry; a refused one
 //! shows the event page with the store's reason.
 
@@ -14,17 +16,19 @@ use axum::extract::{Path, State};
 use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 
-use super::auth::unauthorized;
+use super::auth::{no_token_configured, unauthorized, Access, Refusal};
 use super::html::Page;
 use super::links::Base;
 use super::pages::event::{no_such_event, render, Notice};
+use super::viewer::Viewer;
 use super::{store_failure, Shared};
-use crate::store::admin::{Actor, AdminError, RetryRequest};
+use crate::operator::{Actor, AdminError, Operations, RetryRequest};
 
 /// The retry form's fields.
 #[derive(Debug, Default, PartialEq)]
 struct RetryForm {
     token: String,
+    csrf: String,
     from_step: String,
     force: bool,
     reason: String,
@@ -36,6 +40,7 @@ impl RetryForm {
         for (key, value) in form_urlencoded::parse(body) {
             match key.as_ref() {
                 "token" => form.token = value.into_owned(),
+                "csrf" => form.csrf = value.into_owned(),
                 "from_step" => form.from_step = value.trim().to_owned(),
                 "force" => form.force = matches!(value.as_ref(), "1" | "on" | "true" | "yes"),
                 "reason" => form.reason = value.trim().to_owned(),
@@ -57,7 +62,7 @@ pub(crate) async fn retry(
         Ok(body) => body,
         Err(rejection) => {
             return Page::message(
-                &base.0,
+                &viewer(&base),
                 rejection.status(),
                 "Bad form",
                 "The form could not be read (too large, or cut off).",
@@ -66,18 +71,13 @@ pub(crate) async fn retry(
         }
     };
     let form = RetryForm::parse(&body);
-    let Some(token) = &shared.token else {
-        return unauthorized(
-            &base,
-            "Retry is off: the dashboard has no token configured. Nothing was changed.",
-        );
+    let viewer = match authorize(&shared, base, &headers, &form) {
+        Ok(viewer) => viewer,
+        Err(refusal) => return *refusal,
     };
-    if !(token.matches_bearer(&headers) || token.matches(&form.token)) {
-        tracing::warn!("dashboard: retry refused, missing or wrong token");
-        return unauthorized(&base, "The token is missing or wrong. Nothing was changed.");
-    }
+    let base = &viewer.base;
     let Ok(Path(seq)) = seq else {
-        return no_such_event(&base).into_response();
+        return no_such_event(&viewer).into_response();
     };
 
     let request = RetryRequest {
@@ -100,15 +100,15 @@ pub(crate) async fn retry(
             );
             see_other(&base.event(seq))
         }
-        Err(AdminError::NotFound(_)) => no_such_event(&base).into_response(),
-        Err(AdminError::Store(error)) => store_failure(&base, &error).into_response(),
+        Err(AdminError::NotFound(_)) => no_such_event(&viewer).into_response(),
+        Err(AdminError::Store(error)) => store_failure(&viewer, &error).into_response(),
         Err(AdminError::Refused(reason)) => {
-            refused(&shared, &base, seq, StatusCode::CONFLICT, &reason).await
+            refused(&shared, &viewer, seq, StatusCode::CONFLICT, &reason).await
         }
         Err(unknown @ AdminError::UnknownStep { .. }) => {
             refused(
                 &shared,
-                &base,
+                &viewer,
                 seq,
                 StatusCode::BAD_REQUEST,
                 &unknown.to_string(),
@@ -118,10 +118,50 @@ pub(crate) async fn retry(
     }
 }
 
+/// Who is acting, when the request may act: the bearer token, the form's
+/// `token`, or a session with its CSRF token. Otherwise the refusal (401,
+/// or 403 for a session without its CSRF token), before anything is read.
+fn authorize(
+    shared: &Shared,
+    base: Base,
+    headers: &HeaderMap,
+    form: &RetryForm,
+) -> Result<Viewer, Box<Response>> {
+    let Some(auth) = &shared.auth else {
+        return Err(Box::new(no_token_configured(&base, "Retry is off")));
+    };
+    match auth.authorize_action(headers, &form.token, &form.csrf) {
+        Ok(()) => Ok(Viewer {
+            base,
+            access: auth.access(headers).unwrap_or(Access::Anonymous),
+        }),
+        Err(Refusal::NoCredentials) => {
+            tracing::warn!("dashboard: retry refused, missing or wrong token");
+            Err(Box::new(unauthorized(
+                &base,
+                "The token is missing or wrong. Nothing was changed.",
+            )))
+        }
+        Err(Refusal::BadCsrf) => {
+            tracing::warn!("dashboard: retry refused, the form's CSRF token is missing or wrong");
+            Err(Box::new(
+                Page::message(
+                &viewer(&base),
+                StatusCode::FORBIDDEN,
+                "Form check failed",
+                "This form did not come from this dashboard's page (or the page is out of date): \
+                 reload the event page and try again. Nothing was changed.",
+            )
+            .into_response(),
+            ))
+        }
+    }
+}
+
 /// The event page with why the retry was not done.
 async fn refused(
     shared: &Shared,
-    base: &Base,
+    viewer: &Viewer,
     seq: i64,
     status: StatusCode,
     reason: &str,
@@ -131,9 +171,18 @@ async fn refused(
         status,
         message: format!("Not retried: {reason}"),
     };
-    render(shared, base, seq, Some(notice))
+    render(shared, viewer, seq, Some(notice))
         .await
         .into_response()
+}
+
+/// An anonymous viewer at `base`, for the pages shown before the
+/// credentials are known.
+fn viewer(base: &Base) -> Viewer {
+    Viewer {
+        base: base.clone(),
+        access: Access::Anonymous,
+    }
 }
 
 /// 303 See Other to `location` (a path built by [`Base`]).
@@ -150,12 +199,14 @@ mod tests {
 
     #[test]
     fn the_form_is_read_leniently_but_exactly() {
-        let form =
-            RetryForm::parse(b"token=a%2Bb+c&from_step=+send+&force=on&reason=fixed&extra=1");
+        let form = RetryForm::parse(
+            b"token=a%2Bb+c&csrf=ab&from_step=+send+&force=on&reason=fixed&extra=1",
+        );
         assert_eq!(
             form,
             RetryForm {
                 token: "a+b c".into(),
+                csrf: "ab".into(),
                 from_step: "send".into(),
                 force: true,
                 reason: "fixed".into(),

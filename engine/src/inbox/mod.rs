@@ -1,18 +1,21 @@
-//! The inbox: accepting an event is one insert whose unique key is the dedup
-//! decision. A duplicate is a normal answer, not an error.
-
-mod dedup_key;
+//! The inbox: accepting an event is one insert whose unique keys are the
+//! dedup decision: (source, dedup key), and (source, replay key) when the
+//! event has one (a source whose signature does not cover the id). One
+//! `INSERT … ON CONFLICT DO NOTHING` covers both, so the decision is atomic
+//! on both backends. A duplicate is a normal answer, not an error.
 
 use std::sync::LazyLock;
 use std::time::Duration;
 
-use serde::Serialize;
 use tracing::Instrument;
 
-pub use dedup_key::{body_hash, BODY_HASH_PREFIX};
+pub use crate::dedup_key::{body_hash, BODY_HASH_PREFIX};
+pub use crate::event::Accepted;
 
+use crate::context::FollowUps;
 use crate::event::{EventState, NewEvent};
 use crate::handler::Registry;
+use crate::outcome::StepError;
 use crate::plan::Plan;
 use crate::retry::RetryPolicy;
 use crate::store::transient::retry_transient;
@@ -22,36 +25,33 @@ use crate::store::{EventInsert, InsertOutcome, Store, StoreError};
 /// receiver then answers 503 and the provider retries).
 pub const ACCEPT_RETRY_BUDGET: Duration = Duration::from_secs(1);
 
-/// The inbox's answer.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "snake_case", tag = "outcome")]
-pub enum Accepted {
-    /// First delivery: recorded, and its handler's steps will run.
-    New {
-        /// The event's row number.
-        seq: i64,
-    },
-    /// First delivery of a (source, kind) with no handler: recorded as ignored,
-    /// so redeliveries are duplicates and the provider can stop retrying.
-    Ignored {
-        /// The event's row number.
-        seq: i64,
-    },
-    /// Already accepted earlier: nothing was written, nothing will run again.
-    Duplicate,
-}
-
-impl Accepted {
-    /// Whether this delivery was the first.
-    pub fn is_new(&self) -> bool {
-        !matches!(self, Accepted::Duplicate)
-    }
-}
-
 /// The plan stored with an ignored event (no handler): no steps. Encoded once.
 static IGNORED_PLAN: LazyLock<String> = LazyLock::new(|| {
     Plan::encode(&RetryPolicy::default(), []).expect("an empty plan of plain fields always encodes")
 });
+
+/// The inbox as a step's [`FollowUps`]: a follow-up event is accepted like
+/// a delivery, unless no handler would run it.
+pub(crate) struct FollowUpInbox<'a> {
+    pub store: &'a dyn Store,
+    pub registry: &'a Registry,
+}
+
+#[async_trait::async_trait]
+impl FollowUps for FollowUpInbox<'_> {
+    async fn accept(&self, event: &NewEvent) -> Result<Accepted, StepError> {
+        // A follow-up nobody handles would be recorded as ignored, and a later
+        // re-run of this step would find it a duplicate: refuse, write nothing.
+        if self.registry.find(&event.source, &event.kind).is_none() {
+            return Err(StepError::terminal(format!(
+                "no handler is registered for ({}, {}) in this process; register one \
+                 (for the outbox: tickmark_steps::outbox::handler()), deploy, then retry this event",
+                event.source, event.kind
+            )));
+        }
+        Ok(accept(self.store, self.registry, event).await?)
+    }
+}
 
 pub(crate) async fn accept(
     store: &dyn Store,
@@ -83,6 +83,7 @@ pub(crate) async fn accept(
         let insert = EventInsert {
             source: &event.source,
             dedup_key: &event.dedup_key,
+            replay_key: event.replay_key.as_deref(),
             kind: &event.kind,
             payload_json: &payload_json,
             plan_json,

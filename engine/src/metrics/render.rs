@@ -1,122 +1,202 @@
-//! The Prometheus text exposition format (version 0.0.4).
+//! One scrape: this process's metrics and the database's gauges, encoded by
+//! `prometheus-client` in the OpenMetrics text format.
+//!
+//! The gauges are read from the database at each scrape, so they are built
+//! fresh in a registry of their own for that scrape: two scrapes at once
+//! never see each other's half-set values, and a state that has emptied
+//! disappears instead of lingering at its last count.
 
-use std::fmt::Write as _;
+use std::sync::atomic::AtomicU64;
 
-use super::{Labels, Metrics, DURATION_BUCKETS};
-use crate::store::{Store, StoreError};
+use prometheus_client::encoding::text::encode;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::registry::Registry;
 
-const HELP: [(&str, &str, &str); 6] = [
-    ("tickmark_events_received_total", "counter", "Deliveries accepted by this process's receiver, by source and outcome (new, duplicate, ignored)."),
-    ("tickmark_deliveries_rejected_total", "counter", "Deliveries refused by this process's receiver, by source and reason."),
-    ("tickmark_steps_done_total", "counter", "Steps marked done by this process's workers, by step name."),
-    ("tickmark_steps_failed_total", "counter", "Step attempts that failed in this process, by step name and what follows (retry, dead)."),
-    ("tickmark_lease_takeovers_total", "counter", "Claims by this process that took over an expired lease (a worker died or stalled)."),
-    ("tickmark_leases_lost_total", "counter", "Leases this process's workers lost (taken over, or expired before renewal)."),
-];
+use super::{Label, Metrics};
+use crate::store::{EventCounts, Store, StoreError};
+
+/// The content type of the exposition: OpenMetrics text 1.0.0, which
+/// Prometheus asks for first and parses natively.
+pub const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
+
+/// Why a scrape could not be rendered.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum RenderError {
+    /// The database's gauges could not be read.
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    /// The client library refused to encode (never expected when writing to
+    /// a `String`; kept as an error rather than a panic).
+    #[error("the metrics could not be encoded")]
+    Encode(#[from] std::fmt::Error),
+}
+
+impl RenderError {
+    /// Whether trying again later may succeed (the database is unavailable).
+    pub fn is_transient(&self) -> bool {
+        matches!(self, RenderError::Store(error) if error.is_transient())
+    }
+}
 
 /// Render this process's counters and the database's queue gauges.
-pub async fn render(metrics: &Metrics, store: &dyn Store) -> Result<String, StoreError> {
+pub async fn render(metrics: &Metrics, store: &dyn Store) -> Result<String, RenderError> {
     let counts = store.event_counts().await?;
-    let mut out = String::with_capacity(4096);
-    metrics.with(|inner| {
-        for (name, kind, help) in HELP {
-            let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} {kind}");
-            let mut any = false;
-            for ((_, labels), value) in inner.counters.iter().filter(|((n, _), _)| *n == name) {
-                let _ = writeln!(out, "{name}{} {value}", label_set(labels, None));
-                any = true;
-            }
-            if !any && labels_free(name) {
-                let _ = writeln!(out, "{name} 0");
-            }
-        }
-        let name = "tickmark_step_duration_seconds";
-        let _ = writeln!(
-            out,
-            "# HELP {name} How long steps ran before they were marked done, by step name.\n# TYPE {name} histogram"
-        );
-        for (step, histogram) in &inner.durations {
-            let labels: Labels = vec![("step", step.clone())];
-            for (bound, count) in DURATION_BUCKETS.iter().zip(histogram.buckets) {
-                let le = bound.to_string();
-                let _ = writeln!(out, "{name}_bucket{} {count}", label_set(&labels, Some(&le)));
-            }
-            let _ = writeln!(out, "{name}_bucket{} {}", label_set(&labels, Some("+Inf")), histogram.count);
-            let _ = writeln!(out, "{name}_sum{} {}", label_set(&labels, None), histogram.sum);
-            let _ = writeln!(out, "{name}_count{} {}", label_set(&labels, None), histogram.count);
-        }
-    });
+    Ok(exposition(metrics, &counts)?)
+}
 
-    let name = "tickmark_events";
-    let _ = writeln!(out, "# HELP {name} Events in the database, by state (the queue depth of the whole fleet).\n# TYPE {name} gauge");
-    for (state, count) in &counts.by_state {
-        let labels: Labels = vec![("state", state.as_str().to_owned())];
-        let _ = writeln!(out, "{name}{} {count}", label_set(&labels, None));
-    }
-    let name = "tickmark_oldest_pending_age_seconds";
-    let age = counts
-        .oldest_pending_age
-        .map(|age| age.as_secs_f64())
-        .unwrap_or(0.0);
-    let _ = writeln!(out, "# HELP {name} How long the oldest due, unclaimed event has waited (0 when none).\n# TYPE {name} gauge\n{name} {age}");
-    let name = "tickmark_events_stuck";
-    let _ = writeln!(out, "# HELP {name} Running events whose lease expired without a mark (their worker died or stalled).\n# TYPE {name} gauge\n{name} {}", counts.stuck);
+/// The exposition for `metrics` and the database's `counts`.
+fn exposition(metrics: &Metrics, counts: &EventCounts) -> Result<String, std::fmt::Error> {
+    let mut registry = Registry::default();
+    register_process(&mut registry, metrics);
+    register_database(&mut registry, counts);
+    let mut out = String::with_capacity(4096);
+    encode(&mut out, &registry)?;
     Ok(out)
 }
 
-fn labels_free(name: &str) -> bool {
-    matches!(
-        name,
-        "tickmark_lease_takeovers_total" | "tickmark_leases_lost_total"
-    )
+/// This process's counters and histogram. Counter names go in without
+/// `_total`: the client adds it to every sample.
+fn register_process(registry: &mut Registry, metrics: &Metrics) {
+    registry.register(
+        "tickmark_events_received",
+        "Deliveries accepted by this process's receiver, by source and outcome (new, duplicate, ignored)",
+        metrics.received.clone(),
+    );
+    registry.register(
+        "tickmark_deliveries_rejected",
+        "Deliveries refused by this process's receiver, by source and reason",
+        metrics.rejected.clone(),
+    );
+    registry.register(
+        "tickmark_steps_done",
+        "Steps marked done by this process's workers, by step name",
+        metrics.steps_done.clone(),
+    );
+    registry.register(
+        "tickmark_steps_failed",
+        "Step attempts that failed in this process, by step name and what follows (retry, dead)",
+        metrics.steps_failed.clone(),
+    );
+    registry.register(
+        "tickmark_lease_takeovers",
+        "Claims by this process that took over an expired lease (a worker died or stalled)",
+        metrics.lease_takeovers.clone(),
+    );
+    registry.register(
+        "tickmark_leases_lost",
+        "Leases this process's workers lost (taken over, or expired before renewal)",
+        metrics.leases_lost.clone(),
+    );
+    registry.register(
+        "tickmark_step_duration_seconds",
+        "How long steps ran before they were marked done, by step name",
+        metrics.step_duration.clone(),
+    );
 }
 
-fn label_set(labels: &Labels, le: Option<&str>) -> String {
-    if labels.is_empty() && le.is_none() {
-        return String::new();
+/// The fleet-wide gauges, as the database has them now.
+fn register_database(registry: &mut Registry, counts: &EventCounts) {
+    let events = Family::<[Label; 1], Gauge>::default();
+    for (state, count) in &counts.by_state {
+        events
+            .get_or_create(&[("state", state.as_str().to_owned())])
+            .set(*count);
     }
-    let mut out = String::from("{");
-    let mut first = true;
-    let extra = le.map(|le| ("le", le.to_owned()));
-    for (key, value) in labels.iter().cloned().chain(extra) {
-        if !first {
-            out.push(',');
-        }
-        first = false;
-        let _ = write!(out, "{key}=\"{}\"", escape(&value));
-    }
-    out.push('}');
-    out
-}
-
-fn escape(value: &str) -> String {
-    value
-        .replace('\\', "\\\\")
-        .replace('"', "\\\"")
-        .replace('\n', "\\n")
+    registry.register(
+        "tickmark_events",
+        "Events in the database, by state (the queue depth of the whole fleet)",
+        events,
+    );
+    let oldest = Gauge::<f64, AtomicU64>::default();
+    oldest.set(
+        counts
+            .oldest_pending_age
+            .map(|age| age.as_secs_f64())
+            .unwrap_or(0.0),
+    );
+    registry.register(
+        "tickmark_oldest_pending_age_seconds",
+        "How long the oldest due, unclaimed event has waited (0 when none)",
+        oldest,
+    );
+    let stuck = Gauge::<i64>::default();
+    stuck.set(counts.stuck);
+    registry.register(
+        "tickmark_events_stuck",
+        "Running events whose lease expired without a mark (their worker died or stalled)",
+        stuck,
+    );
 }
 
 #[cfg(test)]
 mod tests {
+    use std::time::Duration;
+
     use super::*;
+    use crate::event::EventState;
+
+    fn counts() -> EventCounts {
+        EventCounts {
+            by_state: vec![(EventState::Pending, 3), (EventState::Dead, 1)],
+            oldest_pending_age: Some(Duration::from_millis(2500)),
+            stuck: 2,
+        }
+    }
 
     #[test]
-    fn label_values_are_escaped() {
-        let labels: Labels = vec![("step", "a\"b\\c\nd".to_owned())];
-        assert_eq!(label_set(&labels, None), r#"{step="a\"b\\c\nd"}"#);
-        assert_eq!(label_set(&Vec::new(), Some("+Inf")), r#"{le="+Inf"}"#);
+    fn counters_keep_their_total_names_and_end_with_eof() {
+        let metrics = Metrics::default();
+        metrics.step_done("render", Duration::from_millis(300));
+        metrics.step_failed("send", true);
+        metrics.leases_lost(3);
+        let text = exposition(&metrics, &counts()).unwrap();
+        for line in [
+            "# TYPE tickmark_steps_done counter",
+            "tickmark_steps_done_total{step=\"render\"} 1",
+            "tickmark_steps_failed_total{step=\"send\",then=\"retry\"} 1",
+            "tickmark_lease_takeovers_total 0",
+            "tickmark_leases_lost_total 3",
+            "tickmark_events{state=\"pending\"} 3",
+            "tickmark_events{state=\"dead\"} 1",
+            "tickmark_oldest_pending_age_seconds 2.5",
+            "tickmark_events_stuck 2",
+        ] {
+            assert!(text.lines().any(|l| l == line), "{line} in\n{text}");
+        }
+        assert!(text.ends_with("# EOF\n"), "{text}");
     }
 
     #[test]
     fn a_histogram_counts_into_every_bucket_at_or_above_the_value() {
         let metrics = Metrics::default();
-        metrics.step_done("render", std::time::Duration::from_millis(300));
-        metrics.with(|inner| {
-            let h = &inner.durations["render"];
-            assert_eq!(h.count, 1);
-            let le_half = DURATION_BUCKETS.iter().position(|b| *b == 0.5).unwrap();
-            assert_eq!(h.buckets[le_half], 1);
-            assert_eq!(h.buckets[le_half - 1], 0);
-        });
+        metrics.step_done("render", Duration::from_millis(300));
+        let text = exposition(&metrics, &counts()).unwrap();
+        let bucket = |le: &str| {
+            format!("tickmark_step_duration_seconds_bucket{{le=\"{le}\",step=\"render\"}}")
+        };
+        let value = |le: &str| {
+            let prefix = bucket(le);
+            text.lines()
+                .find_map(|l| l.strip_prefix(&prefix))
+                .map(str::trim)
+                .unwrap_or_else(|| panic!("{prefix} in\n{text}"))
+                .to_owned()
+        };
+        assert_eq!(value("0.25"), "0");
+        assert_eq!(value("0.5"), "1");
+        assert_eq!(value("+Inf"), "1");
+    }
+
+    #[test]
+    fn label_values_are_escaped() {
+        let metrics = Metrics::default();
+        metrics.step_done("a\"b\\c\nd", Duration::ZERO);
+        let text = exposition(&metrics, &counts()).unwrap();
+        assert!(
+            text.contains(r#"tickmark_steps_done_total{step="a\"b\\c\nd"} 1"#),
+            "{text}"
+        );
     }
 }

@@ -5,12 +5,16 @@
 //! | route | answer |
 //! |---|---|
 //! | `POST /hooks/{source}` | 200 `{"status":"new"…}`, `"duplicate"` or `"ignored"` (no handler for the kind: recorded, nothing runs); a handshake's own JSON (Slack `url_verification`, nothing recorded) |
-//! | | 401 missing or wrong signature, timestamp out of tolerance; 400 malformed body, missing id or kind; 413 over the body limit; 404 unknown source |
-//! | | 503 with `Retry-After` when the store is unavailable; 500 on other store errors |
+//! | | 401 missing or wrong signature, timestamp out of tolerance; 400 malformed body, missing id or kind; 413 over the body limit; 408 body not sent within the body-read timeout; 404 unknown source |
+//! | | 503 with `Retry-After` when the store is unavailable, or too many deliveries are in flight or queued (`overloaded`); 500 on other store errors |
 //! | `GET /healthz` | 200 `{"status":"ok"}` |
 //!
 //! Every answer has a JSON body that says why ([`response`]); nothing is
-//! written for a refused request. Each request runs in a `webhook` span with
+//! written for a refused request. The declared length and the signature
+//! header's shape are checked before the body is read, so an unsigned or
+//! oversized body is never buffered. [`Receiver::serve`] serves the router
+//! with connection and time [`Limits`] for the internet; `axum::serve` or an
+//! application's own server work too, with only the router's own limits. Each request runs in a `webhook` span with
 //! the source and, once verified, the event id (dedup key) and kind; payloads
 //! and secrets are never logged.
 //!
@@ -57,29 +61,39 @@
 )]
 
 mod body_limit;
+mod limits;
 pub mod providers;
 mod public_url;
 mod receive;
 pub mod response;
 mod router;
+mod serve;
+mod startup;
 
 use std::collections::BTreeMap;
 use std::fmt;
+use std::future::Future;
 use std::sync::Arc;
 
 use axum::Router;
 
 pub use body_limit::DEFAULT_BODY_LIMIT;
+pub use limits::{
+    Limits, DEFAULT_BODY_READ_TIMEOUT, DEFAULT_HEADER_READ_TIMEOUT, DEFAULT_MAX_CONNECTIONS,
+    DEFAULT_MAX_IN_FLIGHT, OVERLOAD_RETRY_AFTER,
+};
 pub use providers::Provider;
 pub use public_url::{PublicBaseUrl, PublicUrlError};
-pub use response::{Answer, ReceiverRejection};
+pub use response::{Answer, DedupMatch, ReceiverRejection};
+pub use startup::{StartupWarning, MIN_SECRET_BYTES};
 
 use crate::engine::Engine;
 
 /// Longest source name accepted by [`Receiver::source`].
 pub const MAX_SOURCE_NAME_LEN: usize = 64;
 
-/// Builds the webhook router: sources, body limit, public URL.
+/// Builds the webhook router: sources, body limit, connection and time
+/// limits, public URL.
 ///
 /// Cheap to build; [`Receiver::router`] can be called more than once.
 #[derive(Clone)]
@@ -87,6 +101,7 @@ pub struct Receiver {
     engine: Engine,
     sources: BTreeMap<String, Arc<dyn Provider>>,
     body_limit: usize,
+    limits: Limits,
     public_base_url: Option<PublicBaseUrl>,
 }
 
@@ -95,17 +110,20 @@ pub(crate) struct Shared {
     pub(crate) engine: Engine,
     pub(crate) sources: BTreeMap<String, Arc<dyn Provider>>,
     pub(crate) body_limit: usize,
+    pub(crate) limits: Limits,
     pub(crate) public_base_url: Option<PublicBaseUrl>,
 }
 
 impl Receiver {
     /// A receiver that accepts events into `engine`, with no sources yet, a
-    /// [`DEFAULT_BODY_LIMIT`] body limit, and no public base URL.
+    /// [`DEFAULT_BODY_LIMIT`] body limit, the default [`Limits`], and no
+    /// public base URL.
     pub fn new(engine: Engine) -> Self {
         Self {
             engine,
             sources: BTreeMap::new(),
             body_limit: DEFAULT_BODY_LIMIT,
+            limits: Limits::default(),
             public_base_url: None,
         }
     }
@@ -145,6 +163,15 @@ impl Receiver {
         self
     }
 
+    /// The connection and time limits (default [`Limits::default`]): the
+    /// body-read timeout and the in-flight cap hold for [`Receiver::router`]
+    /// however it is served; the header-read (and idle) timeout and the
+    /// connection cap for [`Receiver::serve`].
+    pub fn limits(mut self, limits: Limits) -> Self {
+        self.limits = limits.sanitised();
+        self
+    }
+
     /// The scheme and host (and path prefix, if a proxy strips one) under which
     /// providers reach this receiver. Twilio signs the URL it posted to, so
     /// behind a proxy or TLS terminator this must be set: the public URL of a
@@ -161,15 +188,56 @@ impl Receiver {
         self.sources.keys().map(String::as_str)
     }
 
-    /// The router: `POST /hooks/{source}` and `GET /healthz`. Serve it with
-    /// `axum::serve`, or nest it into an application's router.
+    /// What in this configuration deserves an operator's attention at
+    /// start-up: a short signing secret, a Twilio source without a public
+    /// URL. [`Receiver::router`] logs each as a warning (naming the source,
+    /// never a secret).
+    pub fn startup_warnings(&self) -> Vec<StartupWarning> {
+        startup::warnings(&self.sources, self.public_base_url.is_some())
+    }
+
+    /// The router: `POST /hooks/{source}` and `GET /healthz`, with the
+    /// body-read timeout and the in-flight cap of [`Limits`]. Serve it with
+    /// [`Receiver::serve`] (connection limits included), `axum::serve`, or
+    /// nest it into an application's router. Logs the
+    /// [start-up warnings](Receiver::startup_warnings).
     pub fn router(&self) -> Router {
+        for warning in self.startup_warnings() {
+            tracing::warn!(source = warning.source_name(), "{warning}");
+        }
         router::routes(Arc::new(Shared {
             engine: self.engine.clone(),
             sources: self.sources.clone(),
             body_limit: self.body_limit,
+            limits: self.limits,
             public_base_url: self.public_base_url.clone(),
         }))
+    }
+
+    /// Serve [`Receiver::router`] on `listener` with all the [`Limits`]:
+    /// connections beyond `max_connections` are refused at once, a
+    /// connection that does not send a complete request head within
+    /// `header_read_timeout` (or stays idle that long between requests) is
+    /// closed. When `shutdown` completes, stop accepting, let the requests in
+    /// flight finish, and return.
+    ///
+    /// ```no_run
+    /// # async fn run(receiver: tickmark::Receiver) -> std::io::Result<()> {
+    /// let listener = tokio::net::TcpListener::bind("0.0.0.0:8080").await?;
+    /// receiver.serve(listener, async { let _ = tokio::signal::ctrl_c().await; }).await
+    /// # }
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// None today: errors accepting one connection are logged and accepting
+    /// goes on. The `io::Result` leaves room for set-up errors.
+    pub async fn serve(
+        &self,
+        listener: tokio::net::TcpListener,
+        shutdown: impl Future<Output = ()> + Send + 'static,
+    ) -> std::io::Result<()> {
+        serve::serve(listener, self.router(), self.limits, shutdown).await
     }
 }
 
@@ -178,6 +246,7 @@ impl fmt::Debug for Receiver {
         f.debug_struct("Receiver")
             .field("sources", &self.sources)
             .field("body_limit", &self.body_limit)
+            .field("limits", &self.limits)
             .field("public_base_url", &self.public_base_url)
             .finish_non_exhaustive()
     }

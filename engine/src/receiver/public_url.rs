@@ -7,6 +7,7 @@ use std::fmt;
 use std::str::FromStr;
 
 use axum::http::{header, HeaderMap, Uri};
+use url::Url;
 
 /// The scheme, host (and optional port and path prefix) under which the
 /// provider reaches this receiver, e.g. `https://hooks.example.com` or
@@ -42,29 +43,32 @@ pub enum PublicUrlError {
 }
 
 impl PublicBaseUrl {
-    /// Check and normalise (drop trailing `/`s) a base URL.
+    /// Check and normalise a base URL: parsed with the `url` crate (the
+    /// WHATWG URL standard, as browsers and Twilio's helper libraries read
+    /// URLs), kept in its normal form (lower-case scheme and host, no default
+    /// port), without trailing `/`s.
     pub fn parse(text: &str) -> Result<Self, PublicUrlError> {
         let text = text.trim();
-        let lower = text.to_ascii_lowercase();
-        let rest = if lower.starts_with("https://") {
-            text.get("https://".len()..)
-        } else if lower.starts_with("http://") {
-            text.get("http://".len()..)
-        } else {
-            return Err(PublicUrlError::NotHttp);
-        }
-        .unwrap_or_default();
-        if rest
-            .chars()
-            .any(|c| c == '?' || c == '#' || c.is_whitespace() || c.is_control())
-        {
+        // `url` would quietly drop tabs and newlines and escape other
+        // control characters: a base with any of them is a mistake.
+        if text.chars().any(|c| c.is_whitespace() || c.is_control()) {
             return Err(PublicUrlError::NotABase);
         }
-        let host = rest.split('/').next().unwrap_or_default();
-        if host.is_empty() {
+        let url = Url::parse(text).map_err(|error| match error {
+            url::ParseError::EmptyHost => PublicUrlError::NoHost,
+            url::ParseError::RelativeUrlWithoutBase => PublicUrlError::NotHttp,
+            _ => PublicUrlError::NotABase,
+        })?;
+        if !matches!(url.scheme(), "https" | "http") {
+            return Err(PublicUrlError::NotHttp);
+        }
+        if url.host_str().is_none_or(str::is_empty) {
             return Err(PublicUrlError::NoHost);
         }
-        Ok(Self(text.trim_end_matches('/').to_owned()))
+        if url.query().is_some() || url.fragment().is_some() {
+            return Err(PublicUrlError::NotABase);
+        }
+        Ok(Self(url.as_str().trim_end_matches('/').to_owned()))
     }
 
     /// The base, without a trailing `/`.
@@ -116,9 +120,10 @@ mod tests {
             ("https://h.example", "https://h.example"),
             ("https://h.example/", "https://h.example"),
             (
-                "HTTPS://h.example:8443/prefix//",
-                "HTTPS://h.example:8443/prefix",
+                "HTTPS://H.example:8443/prefix//",
+                "https://h.example:8443/prefix",
             ),
+            ("https://h.example:443/", "https://h.example"),
             (" http://127.0.0.1:8080 ", "http://127.0.0.1:8080"),
         ] {
             assert_eq!(PublicBaseUrl::parse(text).unwrap().as_str(), base);
@@ -132,10 +137,12 @@ mod tests {
             Err(PublicUrlError::NoHost)
         );
         assert_eq!(
-            PublicBaseUrl::parse("https:///x"),
-            Err(PublicUrlError::NoHost)
+            PublicBaseUrl::parse("hooks.example.com"),
+            Err(PublicUrlError::NotHttp)
         );
         for bad in [
+            "https://h/?",
+            "https://h:port/",
             "https://h/?x=1",
             "https://h/#f",
             "https://h /x",

@@ -26,12 +26,14 @@ pub enum Answer {
     },
     /// Recorded earlier: nothing was written and nothing runs again. A
     /// duplicate is never an error, so the provider stops retrying.
-    /// `{"status":"duplicate",…}`
+    /// `{"status":"duplicate","matched":"event_id"|"replay_key",…}`
     Duplicate {
         /// The dedup key.
         event_id: String,
         /// The event type.
         kind: String,
+        /// Which key was seen before.
+        matched: DedupMatch,
     },
     /// The first delivery of a kind that has no handler: recorded (so
     /// redeliveries are duplicates and the provider stops retrying), nothing
@@ -45,6 +47,27 @@ pub enum Answer {
     /// A provider's verified handshake (Slack's `url_verification`), answered
     /// with this JSON; nothing is recorded.
     Handshake(serde_json::Value),
+}
+
+/// Which key made a delivery a [duplicate](Answer::Duplicate).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DedupMatch {
+    /// Its event id was recorded before: a redelivery. `"event_id"`
+    EventId,
+    /// Another event id carried the same signed content before: a captured
+    /// delivery sent again with a new id (docs/receiver.md, "Replays").
+    /// `"replay_key"`
+    ReplayKey,
+}
+
+impl DedupMatch {
+    /// The `matched` word of the JSON body.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            DedupMatch::EventId => "event_id",
+            DedupMatch::ReplayKey => "replay_key",
+        }
+    }
 }
 
 impl Answer {
@@ -73,11 +96,23 @@ impl IntoResponse for Answer {
     fn into_response(self) -> Response {
         let status = self.status_word();
         match self {
-            Answer::New { event_id, kind }
-            | Answer::Duplicate { event_id, kind }
-            | Answer::Ignored { event_id, kind } => (
+            Answer::New { event_id, kind } | Answer::Ignored { event_id, kind } => (
                 StatusCode::OK,
                 Json(json!({ "status": status, "event_id": event_id, "kind": kind })),
+            )
+                .into_response(),
+            Answer::Duplicate {
+                event_id,
+                kind,
+                matched,
+            } => (
+                StatusCode::OK,
+                Json(json!({
+                    "status": status,
+                    "event_id": event_id,
+                    "kind": kind,
+                    "matched": matched.as_str(),
+                })),
             )
                 .into_response(),
             Answer::Handshake(body) => (StatusCode::OK, Json(body)).into_response(),
@@ -111,6 +146,21 @@ pub enum ReceiverRejection {
     /// The connection failed while the body was read (400).
     #[error("the request body could not be read completely")]
     UnreadableBody,
+    /// The body did not arrive within the body-read timeout (408); the
+    /// connection is closed.
+    #[error("the request body did not arrive within {limit_ms} ms: send the whole body at once")]
+    BodyTimeout {
+        /// The timeout in force, in milliseconds.
+        limit_ms: u64,
+    },
+    /// Too many deliveries are being handled, or waiting to be recorded,
+    /// right now (503, with `Retry-After`): the provider retries and nothing
+    /// is lost.
+    #[error("the receiver is handling too many deliveries right now: retry in a moment")]
+    Overloaded {
+        /// What `Retry-After` says.
+        retry_after: Duration,
+    },
     /// The provider's verification refused the delivery: 401 for a missing
     /// or wrong signature or a timestamp out of tolerance, 400 for a body,
     /// id or kind that cannot be used.
@@ -136,6 +186,8 @@ impl ReceiverRejection {
             ReceiverRejection::MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
             ReceiverRejection::PayloadTooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
             ReceiverRejection::UnreadableBody => StatusCode::BAD_REQUEST,
+            ReceiverRejection::BodyTimeout { .. } => StatusCode::REQUEST_TIMEOUT,
+            ReceiverRejection::Overloaded { .. } => StatusCode::SERVICE_UNAVAILABLE,
             ReceiverRejection::Verification(rejection) => rejection.status(),
             ReceiverRejection::StoreUnavailable { .. } => StatusCode::SERVICE_UNAVAILABLE,
             ReceiverRejection::StoreFailed => StatusCode::INTERNAL_SERVER_ERROR,
@@ -150,6 +202,8 @@ impl ReceiverRejection {
             ReceiverRejection::MethodNotAllowed => "method_not_allowed",
             ReceiverRejection::PayloadTooLarge { .. } => "payload_too_large",
             ReceiverRejection::UnreadableBody => "unreadable_body",
+            ReceiverRejection::BodyTimeout { .. } => "body_timeout",
+            ReceiverRejection::Overloaded { .. } => "overloaded",
             ReceiverRejection::Verification(rejection) => rejection.code(),
             ReceiverRejection::StoreUnavailable { .. } => "store_unavailable",
             ReceiverRejection::StoreFailed => "internal_error",
@@ -171,7 +225,9 @@ impl IntoResponse for ReceiverRejection {
             "message": self.to_string(),
         }));
         let mut response = (status, body).into_response();
-        if let ReceiverRejection::StoreUnavailable { retry_after } = self {
+        if let ReceiverRejection::StoreUnavailable { retry_after }
+        | ReceiverRejection::Overloaded { retry_after } = self
+        {
             let seconds = retry_after.as_secs().max(1);
             if let Ok(value) = HeaderValue::from_str(&seconds.to_string()) {
                 response.headers_mut().insert(header::RETRY_AFTER, value);
@@ -202,6 +258,18 @@ mod tests {
             ),
             (ReceiverRejection::UnreadableBody, 400, "unreadable_body"),
             (
+                ReceiverRejection::BodyTimeout { limit_ms: 10 },
+                408,
+                "body_timeout",
+            ),
+            (
+                ReceiverRejection::Overloaded {
+                    retry_after: Duration::from_secs(1),
+                },
+                503,
+                "overloaded",
+            ),
+            (
                 ReceiverRejection::Verification(Rejection::BadSignature),
                 401,
                 "bad_signature",
@@ -218,7 +286,10 @@ mod tests {
         for (rejection, status, code) in cases {
             assert_eq!(rejection.status().as_u16(), status, "{rejection}");
             assert_eq!(rejection.code(), code);
-            let retry = matches!(rejection, ReceiverRejection::StoreUnavailable { .. });
+            let retry = matches!(
+                rejection,
+                ReceiverRejection::StoreUnavailable { .. } | ReceiverRejection::Overloaded { .. }
+            );
             let response = rejection.into_response();
             assert_eq!(response.status().as_u16(), status);
             assert_eq!(
@@ -234,6 +305,7 @@ mod tests {
         let answer = Answer::Duplicate {
             event_id: "evt_1".into(),
             kind: "k".into(),
+            matched: DedupMatch::ReplayKey,
         };
         assert_eq!(answer.status_word(), "duplicate");
         assert_eq!(answer.into_response().status(), StatusCode::OK);

@@ -11,6 +11,7 @@ use tokio_util::sync::CancellationToken;
 use crate::context::{ProgressReporter, StepContext, StepOutputs};
 use crate::event::Event;
 use crate::handler::Registry;
+use crate::inbox::FollowUpInbox;
 use crate::plan::PlannedStep;
 use crate::resources::Resources;
 use crate::step::{StepError, StepResult};
@@ -60,6 +61,7 @@ pub(crate) async fn run_step(inputs: StepInputs<'_>) -> Result<StepRun, StoreErr
     } else {
         None
     };
+    let follow_ups = FollowUpInbox { store, registry };
     let result = {
         let mut ctx = StepContext::new(
             event,
@@ -71,7 +73,7 @@ pub(crate) async fn run_step(inputs: StepInputs<'_>) -> Result<StepRun, StoreErr
             resources,
         )
         .with_progress(ProgressReporter::new(store, lease))
-        .with_inbox(store, registry);
+        .with_follow_ups(&follow_ups);
         let run = AssertUnwindSafe(planned.step.run(&mut ctx)).catch_unwind();
         let timed = async {
             match planned.options.timeout {

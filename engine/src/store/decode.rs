@@ -1,7 +1,11 @@
-//! Decoding shared by both stores: JSON text columns, state names, and the
-//! "zero rows changed means the lease is lost" rule.
+//! Decoding shared by both stores: JSON text columns, state names, the step
+//! names of a stored plan, the operator reads' counts, and the "zero rows
+//! changed means the lease is lost" rule.
+
+use serde::Deserialize;
 
 use super::{Lease, StoreError};
+use crate::event::EventState;
 
 /// A JSON text column.
 pub(crate) fn json(text: &str, what: &str) -> Result<serde_json::Value, StoreError> {
@@ -62,4 +66,74 @@ pub(crate) fn stale_reason(resource_key: &str, resource_seq: i64, last_seq: i64)
         "stale: sequence {resource_seq} of {resource_key} is not newer than {last_seq}, \
          already applied; recorded, not run"
     )
+}
+
+/// The step names of a stored plan (`{"steps": [{"name": …}, …], …}`), in
+/// order, read without decoding the steps themselves: it works for plans
+/// whose step types this build does not know.
+pub(crate) fn step_names(plan: &str) -> Result<Vec<String>, StoreError> {
+    #[derive(Deserialize)]
+    struct StoredNames {
+        steps: Vec<StoredName>,
+    }
+    #[derive(Deserialize)]
+    struct StoredName {
+        name: String,
+    }
+    let stored: StoredNames =
+        serde_json::from_str(plan).map_err(|e| StoreError::Corrupt(format!("stored plan: {e}")))?;
+    Ok(stored.steps.into_iter().map(|step| step.name).collect())
+}
+
+/// Operator input that is all digits names a row number.
+pub(crate) fn row_number(id: &str) -> Option<i64> {
+    if id.is_empty() || !id.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    id.parse().ok()
+}
+
+/// Event counts by (state, source) as stored, decoded and sorted in
+/// lifecycle order, then by source.
+pub(crate) fn sorted_counts(
+    rows: Vec<(String, String, i64)>,
+) -> Result<Vec<(EventState, String, i64)>, StoreError> {
+    let mut counts = rows
+        .into_iter()
+        .map(|(state_name, source, count)| Ok((state(&state_name, "event state")?, source, count)))
+        .collect::<Result<Vec<_>, StoreError>>()?;
+    counts.sort_by(|a, b| state_order(a.0).cmp(&state_order(b.0)).then(a.1.cmp(&b.1)));
+    Ok(counts)
+}
+
+/// States in lifecycle order, for sorting counts.
+fn state_order(state: EventState) -> usize {
+    EventState::ALL
+        .iter()
+        .position(|s| *s == state)
+        .unwrap_or(usize::MAX)
+}
+
+/// Zero-filled per-minute counts, newest first, from (minutes ago, count) rows.
+pub(crate) fn per_minute(minutes: u32, buckets: Vec<(i32, i64)>) -> Vec<i64> {
+    let mut counts = vec![0; usize::try_from(minutes).unwrap_or(0)];
+    for (ago, count) in buckets {
+        if let Some(slot) = usize::try_from(ago).ok().and_then(|i| counts.get_mut(i)) {
+            *slot += count;
+        }
+    }
+    counts
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn step_names_are_read_even_from_plans_this_build_cannot_run() {
+        let plan =
+            r#"{"version":1,"steps":[{"name":"x","step":{"type":"gone"}},{"name":"y","step":{}}]}"#;
+        assert_eq!(step_names(plan).unwrap(), ["x", "y"]);
+        assert!(step_names("{}").is_err());
+    }
 }

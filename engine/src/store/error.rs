@@ -16,6 +16,12 @@ pub enum StoreError {
     /// Transient: retry later.
     #[error("database unavailable ({0}); it will be retried — check that the database is running and reachable")]
     Unavailable(#[source] sqlx::Error),
+    /// Too many writes are queued for the database right now (the
+    /// group-commit queue is full): refused at once rather than queued
+    /// without bound. Transient: retry in a moment. The receiver answers 503
+    /// `overloaded` with `Retry-After`.
+    #[error("too many writes are waiting for the database; retry in a moment")]
+    Overloaded,
     /// The database answered with an error that retrying will not fix.
     #[error("database error: {0}")]
     Database(#[source] sqlx::Error),
@@ -33,7 +39,7 @@ pub enum StoreError {
 impl StoreError {
     /// Whether retrying the same operation later may succeed.
     pub fn is_transient(&self) -> bool {
-        matches!(self, StoreError::Unavailable(_))
+        matches!(self, StoreError::Unavailable(_) | StoreError::Overloaded)
     }
 }
 

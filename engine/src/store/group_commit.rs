@@ -7,11 +7,20 @@
 //! once, alone. Nothing is weakened per item: the batch statement still
 //! filters each row on its own state and fencing token, and each caller learns
 //! its own outcome.
+//!
+//! The queue is bounded: at most `capacity` items wait for a flusher. A
+//! caller that must get through (a worker's mark) waits for room
+//! ([`GroupCommit::submit`]); a caller that can be told to come back (an
+//! accept: the provider retries) is refused at once with
+//! [`StoreError::Overloaded`] ([`GroupCommit::try_submit`]). So a burst the
+//! database cannot keep up with turns into 503s, not into an ever-growing
+//! queue.
 
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
 
+use tokio::sync::mpsc::error::TrySendError;
 use tokio::sync::{mpsc, oneshot, Mutex};
 
 use super::StoreError;
@@ -38,7 +47,7 @@ pub(crate) fn copy_error(error: &StoreError) -> StoreError {
 
 /// A group-commit queue. Dropping it stops its flushers once the queue drains.
 pub(crate) struct GroupCommit<T, R> {
-    sender: mpsc::UnboundedSender<Queued<T, R>>,
+    sender: mpsc::Sender<Queued<T, R>>,
 }
 
 impl<T, R> std::fmt::Debug for GroupCommit<T, R> {
@@ -48,9 +57,10 @@ impl<T, R> std::fmt::Debug for GroupCommit<T, R> {
 }
 
 impl<T: Send + 'static, R: Send + 'static> GroupCommit<T, R> {
-    /// Start `flushers` tasks that write batches of at most `max_batch` items with `flush`.
-    pub fn start(flushers: usize, max_batch: usize, flush: FlushFn<T, R>) -> Self {
-        let (sender, receiver) = mpsc::unbounded_channel::<Queued<T, R>>();
+    /// Start `flushers` tasks that write batches of at most `max_batch` items
+    /// with `flush`, with room for `capacity` items waiting.
+    pub fn start(flushers: usize, max_batch: usize, capacity: usize, flush: FlushFn<T, R>) -> Self {
+        let (sender, receiver) = mpsc::channel::<Queued<T, R>>(capacity.max(1));
         let receiver = Arc::new(Mutex::new(receiver));
         for _ in 0..flushers.max(1) {
             let receiver = Arc::clone(&receiver);
@@ -84,15 +94,46 @@ impl<T: Send + 'static, R: Send + 'static> GroupCommit<T, R> {
         Self { sender }
     }
 
-    /// Queue `item` and wait for its answer.
+    /// Queue `item`, waiting for room if the queue is full, and wait for its
+    /// answer.
     pub async fn submit(&self, item: T) -> Result<R, StoreError> {
         let (reply, answer) = oneshot::channel();
         self.sender
             .send(Queued { item, reply })
-            .map_err(|_| StoreError::Corrupt("the group-commit queue has stopped".into()))?;
+            .await
+            .map_err(|_| stopped())?;
+        Self::answer(answer).await
+    }
+
+    /// Queue `item` if there is room (else [`StoreError::Overloaded`] at
+    /// once), and wait for its answer.
+    pub async fn try_submit(&self, item: T) -> Result<R, StoreError> {
+        let (reply, answer) = oneshot::channel();
+        self.sender
+            .try_send(Queued { item, reply })
+            .map_err(|error| match error {
+                TrySendError::Full(_) => StoreError::Overloaded,
+                TrySendError::Closed(_) => stopped(),
+            })?;
+        Self::answer(answer).await
+    }
+
+    async fn answer(answer: oneshot::Receiver<R>) -> Result<R, StoreError> {
         answer
             .await
             .map_err(|_| StoreError::Corrupt("a group commit was dropped mid-flight".into()))
+    }
+}
+
+fn stopped() -> StoreError {
+    StoreError::Corrupt("the group-commit queue has stopped".into())
+}
+
+impl<T, R> GroupCommit<T, R> {
+    /// Room left in the queue (for tests).
+    #[cfg(test)]
+    fn room(&self) -> usize {
+        self.sender.capacity()
     }
 }
 
@@ -113,7 +154,7 @@ mod tests {
                 items.into_iter().map(|i| i * 10).collect()
             })
         });
-        let queue = Arc::new(GroupCommit::start(1, 64, flush));
+        let queue = Arc::new(GroupCommit::start(1, 64, 128, flush));
         let calls = (0..100u32).map(|i| {
             let queue = Arc::clone(&queue);
             tokio::spawn(async move { (i, queue.submit(i).await.unwrap()) })
@@ -124,5 +165,58 @@ mod tests {
         }
         let used = batches.load(Ordering::SeqCst);
         assert!(used < 100, "100 concurrent items took {used} commits");
+    }
+
+    /// Wait (polling a condition, with a generous deadline) until `condition` holds.
+    async fn until(condition: impl Fn() -> bool) {
+        tokio::time::timeout(std::time::Duration::from_secs(20), async {
+            while !condition() {
+                tokio::time::sleep(std::time::Duration::from_millis(1)).await;
+            }
+        })
+        .await
+        .expect("the condition holds in time");
+    }
+
+    /// A full queue refuses `try_submit` at once (Overloaded) while
+    /// `submit` waits for room; once the flusher moves on, all get through,
+    /// each with its own answer.
+    #[tokio::test]
+    async fn a_full_queue_refuses_try_submit_and_makes_submit_wait() {
+        let (release, released) = tokio::sync::watch::channel(false);
+        let flushing = Arc::new(AtomicUsize::new(0));
+        let counted = Arc::clone(&flushing);
+        let flush: FlushFn<u32, u32> = Arc::new(move |items: Vec<u32>| {
+            counted.fetch_add(1, Ordering::SeqCst);
+            let mut released = released.clone();
+            Box::pin(async move {
+                // Hold every batch until the test says so.
+                let _ = released.wait_for(|go| *go).await;
+                items
+            })
+        });
+        let queue = Arc::new(GroupCommit::start(1, 1, 2, flush));
+        let submit = |i: u32| {
+            let queue = Arc::clone(&queue);
+            tokio::spawn(async move { (i, queue.submit(i).await) })
+        };
+        // One item held by the flusher, two waiting: the queue is full.
+        let mut calls = vec![submit(0)];
+        until(|| flushing.load(Ordering::SeqCst) == 1).await;
+        calls.push(submit(1));
+        calls.push(submit(2));
+        until(|| queue.room() == 0).await;
+        assert!(matches!(
+            queue.try_submit(9).await,
+            Err(StoreError::Overloaded)
+        ));
+        // `submit` waits for room instead.
+        calls.push(submit(3));
+        release.send(true).unwrap();
+        for call in calls {
+            let (i, answer) = call.await.unwrap();
+            assert_eq!(answer.unwrap(), i);
+        }
+        assert_eq!(queue.try_submit(4).await.unwrap(), 4);
     }
 }

@@ -6,7 +6,7 @@
 //! The shared conformance suite in `tests/` runs against both backends.
 
 pub mod admin;
-mod decode;
+pub(crate) mod decode;
 mod error;
 pub(crate) mod group_commit;
 pub mod portable_query;
@@ -58,7 +58,8 @@ pub trait Store: admin::Admin + Send + Sync + fmt::Debug {
     /// Apply the schema (idempotent).
     async fn migrate(&self) -> Result<(), StoreError>;
 
-    /// Insert an event unless its (source, dedup key) exists: the dedup decision.
+    /// Insert an event unless its (source, dedup key), or its (source, replay
+    /// key) when it has one, exists: the dedup decision, in one statement.
     async fn event_insert(&self, event: &EventInsert<'_>) -> Result<InsertOutcome, StoreError>;
 
     /// Lease up to `limit` due events (pending, or running with an expired

@@ -100,8 +100,17 @@ impl<T> PortableRow for T where
 {
 }
 
+impl StepTransaction {
+    /// A statement in SQL both backends accept (`$1`, `$2`, … placeholders),
+    /// to run in this transaction: bind its arguments, then `execute()` or
+    /// `fetch_one()` / `fetch_optional()` / `fetch_all()`.
+    pub fn query<'t>(&'t mut self, sql: &'t str) -> PortableQuery<'t> {
+        PortableQuery::new(self, sql)
+    }
+}
+
 impl<'t> PortableQuery<'t> {
-    pub(crate) fn new(transaction: &'t mut StepTransaction, sql: &'t str) -> Self {
+    fn new(transaction: &'t mut StepTransaction, sql: &'t str) -> Self {
         Self {
             transaction,
             sql,

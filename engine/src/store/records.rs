@@ -14,6 +14,9 @@ pub struct EventInsert<'a> {
     pub source: &'a str,
     /// Provider id or `sha256:` body hash.
     pub dedup_key: &'a str,
+    /// A second unique key within the source, when the provider's signature
+    /// does not cover the id (see [`NewEvent::replay_key`](crate::NewEvent::replay_key)).
+    pub replay_key: Option<&'a str>,
     /// Event type.
     pub kind: &'a str,
     /// Body as JSON text.
@@ -38,6 +41,7 @@ impl EventInsert<'_> {
         OwnedEventInsert {
             source: self.source.to_owned(),
             dedup_key: self.dedup_key.to_owned(),
+            replay_key: self.replay_key.map(str::to_owned),
             kind: self.kind.to_owned(),
             payload_json: self.payload_json.to_owned(),
             plan_json: self.plan_json.to_owned(),
@@ -55,6 +59,7 @@ impl EventInsert<'_> {
 pub(crate) struct OwnedEventInsert {
     pub source: String,
     pub dedup_key: String,
+    pub replay_key: Option<String>,
     pub kind: String,
     pub payload_json: String,
     pub plan_json: String,
@@ -69,9 +74,10 @@ pub(crate) struct OwnedEventInsert {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case", tag = "outcome", content = "event_seq")]
 pub enum InsertOutcome {
-    /// First time this (source, dedup key) was seen: inserted with this row number.
+    /// First time this (source, dedup key) — and (source, replay key), when
+    /// given — was seen: inserted with this row number.
     New(i64),
-    /// Already in the inbox: nothing was written.
+    /// Already in the inbox, by either key: nothing was written.
     Duplicate,
 }
 

@@ -4,7 +4,6 @@
 use sqlx::{PgConnection, Postgres, Sqlite, SqliteConnection, Transaction};
 use tokio::sync::OwnedMutexGuard;
 
-use super::portable_query::PortableQuery;
 use super::{Backend, StoreError};
 
 /// An open transaction on the engine's database. A transactional step writes
@@ -69,15 +68,7 @@ impl StepTransaction {
         &mut self.inner
     }
 
-    /// A statement in SQL both backends accept (`$1`, `$2`, … placeholders),
-    /// to run in this transaction: bind its arguments, then `execute()` or
-    /// `fetch_one()` / `fetch_optional()` / `fetch_all()`.
-    pub fn query<'t>(&'t mut self, sql: &'t str) -> PortableQuery<'t> {
-        PortableQuery::new(self, sql)
-    }
-
-    /// Commit a transaction opened with
-    /// [`Engine::transaction`](crate::Engine::transaction). (A transactional
+    /// Commit a transaction opened with `Engine::transaction`. (A transactional
     /// step never commits its own: the engine commits it with the mark.)
     pub async fn commit(self) -> Result<(), StoreError> {
         match self.inner {

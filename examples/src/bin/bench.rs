@@ -199,7 +199,7 @@ async fn drain(
     let config = WorkerConfig::default()
         .with_concurrency(args.workers)
         .with_poll_every(Duration::from_millis(100));
-    let worker = engine.worker(config);
+    let worker = engine.worker(config)?;
     let mut stats = worker.stats();
     let shutdown = CancellationToken::new();
     let started = Instant::now();
@@ -242,7 +242,7 @@ async fn idle_figures(
     let shutdown = CancellationToken::new();
     let mut workers = Vec::new();
     for n in 0..4 {
-        let worker = engine.worker(WorkerConfig::default().with_name(format!("idle-{n}")));
+        let worker = engine.worker(WorkerConfig::default().with_name(format!("idle-{n}")))?;
         workers.push(tokio::spawn(worker.run(shutdown.clone())));
     }
     tokio::time::sleep(Duration::from_millis(500)).await;

@@ -258,7 +258,7 @@ async fn demo(args: &Args) -> Result<bool, Box<dyn std::error::Error>> {
     println!("    worker killed ({status}); its lease on job_42 runs out in at most 3 s");
 
     println!("3. A new worker takes the job over and resumes at transcode, from its last finished chunk:");
-    let worker = engine.worker(worker_config("rescuer"));
+    let worker = engine.worker(worker_config("rescuer"))?;
     let running = tokio::spawn(worker.run_until_idle());
     while !running.is_finished() {
         tokio::time::sleep(Duration::from_secs(1)).await;
@@ -288,7 +288,7 @@ async fn main() -> ExitCode {
         let result = async {
             let engine = engine(&args).await?;
             engine
-                .worker(worker_config("doomed"))
+                .worker(worker_config("doomed"))?
                 .run_until_idle()
                 .await?;
             Ok::<_, Box<dyn std::error::Error>>(())

@@ -4,7 +4,9 @@
 //! STRIPE_WEBHOOK_SECRET=whsec_test cargo run -p tickmark-examples --bin payments -- \
 //!     [--database-url URL] [--listen ADDR] [--receipt-url URL] [--render-secs N] \
 //!     [--out-dir DIR] [--public-url URL] \
-//!     [--dashboard-listen ADDR --dashboard-token TOKEN]
+//!     [--dashboard-listen ADDR --dashboard-token TOKEN [--metrics-public]] \
+//!     [--header-read-timeout SECS] [--body-read-timeout SECS] \
+//!     [--max-connections N] [--max-in-flight N] [--body-limit BYTES]
 //! ```
 //!
 //! Stripe's `invoice.payment_succeeded` runs `credit_account` (in the
@@ -22,7 +24,9 @@ use std::time::Duration;
 
 use clap::Parser;
 use tickmark::dashboard::Dashboard;
-use tickmark::receiver::PublicBaseUrl;
+use tickmark::receiver::{
+    Limits, PublicBaseUrl, DEFAULT_BODY_LIMIT, DEFAULT_MAX_CONNECTIONS, DEFAULT_MAX_IN_FLIGHT,
+};
 use tickmark::{Engine, Receiver, WorkerConfig};
 use tickmark_examples::payments::{self, ReceiptClient, ReceiptUrl, Settings, SourceSetup};
 use tokio_util::sync::CancellationToken;
@@ -107,13 +111,14 @@ struct Args {
     public_url: Option<PublicBaseUrl>,
 
     /// Serve the dashboard and `/metrics` on this address, e.g.
-    /// `127.0.0.1:9090` (off by default). Keep it private: pages show
-    /// payloads; only the retry button needs the token.
+    /// `127.0.0.1:9090` (off by default). Every page and `/metrics` need
+    /// the token: browsers sign in with a form, scripts and Prometheus send
+    /// `Authorization: Bearer <token>`.
     #[arg(long, value_name = "ADDR")]
     dashboard_listen: Option<SocketAddr>,
 
-    /// The dashboard's bearer token, needed to retry events from it.
-    /// Required with --dashboard-listen; use a long random secret.
+    /// The dashboard's token, needed for every page, every action and
+    /// `/metrics`. Required with --dashboard-listen; use a long random secret.
     #[arg(
         long,
         env = "TICKMARK_DASHBOARD_TOKEN",
@@ -121,6 +126,51 @@ struct Args {
         hide_env_values = true
     )]
     dashboard_token: Option<String>,
+
+    /// Seconds a connection may take to send a request's headers, counted
+    /// from the accept (or from the previous answer: this is also how long
+    /// an idle kept-alive connection stays open). Slower ones are closed.
+    #[arg(long, value_name = "SECS", default_value = "10", value_parser = parse_seconds)]
+    header_read_timeout: Duration,
+
+    /// Seconds a delivery may take to send its whole body, after its
+    /// headers. Slower ones get 408 and are closed.
+    #[arg(long, value_name = "SECS", default_value = "10", value_parser = parse_seconds)]
+    body_read_timeout: Duration,
+
+    /// Most connections open at once; more are answered 503 and closed at
+    /// once. Keep it below the open-file limit (`ulimit -n`).
+    #[arg(long, value_name = "N", default_value_t = DEFAULT_MAX_CONNECTIONS)]
+    max_connections: usize,
+
+    /// Most deliveries handled at once; more are answered 503 with
+    /// Retry-After at once.
+    #[arg(long, value_name = "N", default_value_t = DEFAULT_MAX_IN_FLIGHT)]
+    max_in_flight: usize,
+
+    /// Largest delivery body accepted, in bytes; larger ones get 413.
+    #[arg(long, value_name = "BYTES", default_value_t = DEFAULT_BODY_LIMIT)]
+    body_limit: usize,
+
+    /// Serve `/metrics` on --dashboard-listen without the token, for a
+    /// scraper on a private network that cannot send one (the metrics show
+    /// counts and names, never payloads; the pages stay private).
+    #[arg(long, requires = "dashboard_listen")]
+    metrics_public: bool,
+}
+
+/// A number of seconds (`10`, `0.5`), positive and at most a day.
+fn parse_seconds(text: &str) -> Result<Duration, String> {
+    let seconds: f64 = text
+        .trim()
+        .parse()
+        .map_err(|_| format!("`{text}` is not a number of seconds (e.g. 10 or 0.5)"))?;
+    if !(seconds > 0.0 && seconds <= 86_400.0) {
+        return Err(format!(
+            "`{text}`: give more than 0 and at most 86400 seconds"
+        ));
+    }
+    Ok(Duration::from_secs_f64(seconds))
 }
 
 #[tokio::main]
@@ -173,7 +223,14 @@ async fn run(args: Args) -> Result<(), String> {
         .with_resource(settings)
         .with_resource(ReceiptClient::new());
 
-    let mut receiver = Receiver::new(engine.clone());
+    let mut limits = Limits::default();
+    limits.header_read_timeout = args.header_read_timeout;
+    limits.body_read_timeout = args.body_read_timeout;
+    limits.max_connections = args.max_connections;
+    limits.max_in_flight = args.max_in_flight;
+    let mut receiver = Receiver::new(engine.clone())
+        .limits(limits)
+        .body_limit(args.body_limit);
     if let Some(url) = args.public_url.clone() {
         receiver = receiver.public_base_url(url);
     }
@@ -229,11 +286,10 @@ async fn run(args: Args) -> Result<(), String> {
 
     let stop_http = CancellationToken::new();
     let stop_worker = CancellationToken::new();
-    let worker = tokio::spawn(
-        engine
-            .worker(WorkerConfig::default())
-            .run(stop_worker.clone()),
-    );
+    let worker = engine
+        .worker(WorkerConfig::default())
+        .map_err(|e| format!("invalid worker settings: {e}"))?;
+    let worker = tokio::spawn(worker.run(stop_worker.clone()));
     tokio::spawn({
         let stop_http = stop_http.clone();
         async move {
@@ -246,7 +302,7 @@ async fn run(args: Args) -> Result<(), String> {
     });
 
     let ops = ops_listener.map(|listener| {
-        let mut dashboard = Dashboard::new(engine.clone());
+        let mut dashboard = Dashboard::new(engine.clone()).metrics_public(args.metrics_public);
         if let Some(token) = &dashboard_token {
             dashboard = dashboard.token(token);
         }
@@ -260,9 +316,10 @@ async fn run(args: Args) -> Result<(), String> {
     });
 
     // Stop accepting first (requests in flight finish), then the worker's
-    // graceful shutdown: running steps finish or are released.
-    let served = axum::serve(listener, receiver.router())
-        .with_graceful_shutdown(stop_http.clone().cancelled_owned())
+    // graceful shutdown: running steps finish or are released. `serve`
+    // applies the connection limits (header-read timeout, connection cap).
+    let served = receiver
+        .serve(listener, stop_http.clone().cancelled_owned())
         .await;
     stop_http.cancel();
     if let Some(ops) = ops {
@@ -304,5 +361,29 @@ async fn shutdown_signal() {
     #[cfg(not(unix))]
     {
         let _ = interrupt.await;
+    }
+}
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn seconds_are_positive_numbers() {
+        assert_eq!(parse_seconds("10"), Ok(Duration::from_secs(10)));
+        assert_eq!(parse_seconds(" 0.5 "), Ok(Duration::from_millis(500)));
+        for bad in ["", "0", "-1", "ten", "NaN", "inf", "86401"] {
+            assert!(parse_seconds(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn the_limit_flags_default_to_the_receivers_defaults() {
+        let args = Args::parse_from(["payments"]);
+        let defaults = Limits::default();
+        assert_eq!(args.header_read_timeout, defaults.header_read_timeout);
+        assert_eq!(args.body_read_timeout, defaults.body_read_timeout);
+        assert_eq!(args.max_connections, defaults.max_connections);
+        assert_eq!(args.max_in_flight, defaults.max_in_flight);
+        assert_eq!(args.body_limit, DEFAULT_BODY_LIMIT);
     }
 }

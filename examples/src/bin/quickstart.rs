@@ -237,7 +237,7 @@ async fn crashing_worker(url: &str) -> Result<(), Box<dyn std::error::Error>> {
         .await?
         .with_resource(CrashInside(CRASH_EVENT.to_owned()));
     engine
-        .worker(worker_config("doomed-worker"))
+        .worker(worker_config("doomed-worker"))?
         .run_until_idle()
         .await?;
     Ok(())
@@ -283,7 +283,7 @@ async fn story(url: &str) -> Result<bool, Box<dyn std::error::Error>> {
         "\n3. A new worker starts. It takes {CRASH_EVENT} over and resumes at the first unfinished step,\n   with the same idempotency keys:"
     );
     let stats = engine
-        .worker(worker_config("rescuer"))
+        .worker(worker_config("rescuer"))?
         .run_until_idle()
         .await?;
     println!(

@@ -95,7 +95,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
 
     // A worker runs the steps; a server runs `worker.run(shutdown_token)` instead.
     engine
-        .worker(WorkerConfig::default())
+        .worker(WorkerConfig::default())?
         .run_until_idle()
         .await?;
 

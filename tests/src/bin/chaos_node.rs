@@ -128,7 +128,12 @@ async fn run(args: Args) -> Result<(), String> {
 
     let stop_http = CancellationToken::new();
     let stop_worker = CancellationToken::new();
-    let worker = tokio::spawn(engine.worker(config).run(stop_worker.clone()));
+    let worker = tokio::spawn(
+        engine
+            .worker(config)
+            .expect("valid worker settings")
+            .run(stop_worker.clone()),
+    );
     tokio::spawn({
         let stop_http = stop_http.clone();
         async move {

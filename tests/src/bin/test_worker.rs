@@ -69,7 +69,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     if let Some(name) = args.name {
         config = config.with_name(name);
     }
-    let worker = engine.worker(config);
+    let worker = engine.worker(config).expect("valid worker settings");
     if args.until_idle {
         let stats = worker.run_until_idle().await?;
         println!("{}", serde_json::to_string(&stats)?);

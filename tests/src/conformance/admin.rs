@@ -8,7 +8,10 @@ use std::time::Duration;
 use chrono::Utc;
 use serde::{Deserialize, Serialize};
 use serde_json::json;
-use tickmark::store::admin::{Actor, AdminError, EventFilter, RetryRequest};
+use tickmark::operator::{Actor, AdminError, Operations, RetryRequest};
+use tickmark::store::admin::{
+    AuditNote, Decision, EventFilter, EventSnapshot, SettledAs, TransitionError, Verdict,
+};
 use tickmark::store::{ClaimParams, ClaimedEvent, EventRecord, MarkDone};
 use tickmark::{
     Backend, EventState, Handler, Handlers, NewEvent, RetryPolicy, Step, StepContext, StepError,
@@ -138,6 +141,7 @@ fn assert_lease_lost<T: std::fmt::Debug>(result: Result<T, StoreError>, what: &s
 async fn run_until_idle(db: &TestDb, handlers: Handlers) {
     engine(db, handlers)
         .worker(quick_worker("w"))
+        .expect("valid worker settings")
         .run_until_idle()
         .await
         .unwrap();
@@ -250,7 +254,8 @@ pub async fn retry_resumes_a_dead_event_at_its_failed_step_and_wakes_a_worker(db
     let first_before = db.store.step_status(dead.event.seq).await.unwrap()[0].clone();
 
     let worker = engine(&db, broken_second())
-        .worker(quick_worker("sleeper").with_poll_every(Duration::from_secs(120)));
+        .worker(quick_worker("sleeper").with_poll_every(Duration::from_secs(120)))
+        .expect("valid worker settings");
     let mut stats = worker.stats();
     let shutdown = CancellationToken::new();
     let running = tokio::spawn(worker.run(shutdown.clone()));
@@ -528,6 +533,88 @@ pub async fn actions_are_refused_in_states_that_do_not_allow_them(db: TestDb) {
     );
 }
 
+/// The store enforces on its own: a transition whose decision asks for what
+/// its `UPDATE` does not allow (no operator rule in between) changes nothing,
+/// writes no audit row and says so (`Unchanged`); a declined decision writes
+/// nothing; an allowed one bumps the fencing token and writes its audit row.
+pub async fn the_store_enforces_a_transition_the_rules_would_refuse(db: TestDb) {
+    let engine = engine(&db, three_steps());
+    order_paid(&engine, "evt_done").await;
+    run_until_idle(&db, three_steps()).await;
+    order_paid(&engine, "evt_running").await;
+    let claimed = claim_one(&db, "busy").await;
+    let done = record_of(&db, "evt_done").await.event.seq;
+    let running = claimed.lease.event_seq;
+    let note = || AuditNote {
+        actor: "ops@test".into(),
+        action: "test".into(),
+        step: None,
+        reason: None,
+        detail: "forced by the test".into(),
+    };
+    let requeue = |rerun_done, take_over_expired| Decision::Requeue {
+        resume_at: 0,
+        rerun_done,
+        take_over_expired,
+    };
+    let settle = Decision::SettleStep {
+        position: 0,
+        as_state: SettledAs::Skipped,
+        output: json!({}),
+        last_error: None,
+    };
+    for (event_seq, was, decision) in [
+        (done, EventState::Done, Decision::Cancel),
+        (done, EventState::Done, requeue(false, true)),
+        (running, EventState::Running, requeue(true, true)),
+        (running, EventState::Running, settle),
+    ] {
+        let decide = |_: &EventSnapshot| {
+            Ok(Verdict {
+                decision: decision.clone(),
+                audit: note(),
+            })
+        };
+        match db.store.event_transition(event_seq, &decide).await {
+            Err(TransitionError::Unchanged {
+                event_seq: seq,
+                was: found,
+            }) => assert_eq!((seq, found), (event_seq, was), "{decision:?}"),
+            other => panic!("{decision:?} on a {was} event: expected Unchanged, got {other:?}"),
+        }
+    }
+    let decline = |found: &EventSnapshot| Err(format!("not {}", found.state).into());
+    match db.store.event_transition(running, &decline).await {
+        Err(TransitionError::Declined(why)) => assert_eq!(why.to_string(), "not running"),
+        other => panic!("expected Declined, got {other:?}"),
+    }
+    assert_eq!(audit_rows(&db).await, 0, "nothing changed, nothing audited");
+    let still = db.store.event_get(running).await.unwrap().unwrap();
+    assert_eq!(
+        (still.state, still.lease_token),
+        (EventState::Running, claimed.lease.token)
+    );
+
+    let cancel = |_: &EventSnapshot| {
+        Ok(Verdict {
+            decision: Decision::Cancel,
+            audit: note(),
+        })
+    };
+    let cancelled = db.store.event_transition(running, &cancel).await.unwrap();
+    assert_eq!(cancelled.state, EventState::Cancelled);
+    assert!(
+        cancelled.lease_token > claimed.lease.token,
+        "the token moves"
+    );
+    let audit = db.store.audit_list(running).await.unwrap();
+    assert_eq!(audit.len(), 1, "{audit:?}");
+    assert_eq!(
+        (audit[0].action.as_str(), audit[0].detail.as_deref()),
+        ("test", Some("forced by the test"))
+    );
+}
+
 /// Cancelling a running event fences its worker: the old lease can no longer
 /// mark, fail, release or heartbeat.
 pub async fn cancelling_a_running_event_fences_its_worker(db: TestDb) {
@@ -592,7 +679,9 @@ pub async fn a_worker_running_a_cancelled_event_stops_and_marks_nothing(db: Test
     );
     let engine = engine(&db, handlers);
     order_paid(&engine, "evt_stop").await;
-    let worker = engine.worker(quick_worker("busy"));
+    let worker = engine
+        .worker(quick_worker("busy"))
+        .expect("valid worker settings");
     let mut stats = worker.stats();
     let shutdown = CancellationToken::new();
     let running = tokio::spawn(worker.run(shutdown.clone()));

@@ -189,7 +189,9 @@ pub async fn a_worker_that_loses_its_lease_stops_its_step(db: TestDb) {
     );
     let engine = engine(&db, handlers);
     order_paid(&engine, "evt_zombie").await;
-    let worker = engine.worker(quick_worker("zombie"));
+    let worker = engine
+        .worker(quick_worker("zombie"))
+        .expect("valid worker settings");
     let mut stats = worker.stats();
     let shutdown = CancellationToken::new();
     let running = tokio::spawn(worker.run(shutdown.clone()));

@@ -60,6 +60,7 @@ pub async fn a_duplicate_delivery_never_reruns_a_step(db: TestDb) {
     assert!(engine.accept(event()).await.unwrap().is_new());
     engine
         .worker(quick_worker("w1"))
+        .expect("valid worker settings")
         .run_until_idle()
         .await
         .unwrap();
@@ -70,6 +71,7 @@ pub async fn a_duplicate_delivery_never_reruns_a_step(db: TestDb) {
     }
     let stats = engine
         .worker(quick_worker("w2"))
+        .expect("valid worker settings")
         .run_until_idle()
         .await
         .unwrap();

@@ -5,6 +5,7 @@ use std::time::Duration;
 
 use chrono::Utc;
 use serde_json::json;
+use tickmark::operator::Operations;
 use tickmark::{EventState, Handler, Handlers, NewEvent, RetryPolicy, StepOptions, StepState};
 use tokio_util::sync::CancellationToken;
 
@@ -38,6 +39,7 @@ pub async fn a_step_that_times_out_is_a_retryable_failure(db: TestDb) {
     order_paid(&engine, "evt_timeout").await;
     let stats = engine
         .worker(quick_worker("w"))
+        .expect("valid worker settings")
         .run_until_idle()
         .await
         .unwrap();
@@ -88,6 +90,7 @@ pub async fn a_steps_own_retry_policy_overrides_the_handlers(db: TestDb) {
     order_paid(&engine, "evt_policy").await;
     engine
         .worker(quick_worker("w"))
+        .expect("valid worker settings")
         .run_until_idle()
         .await
         .unwrap();
@@ -130,7 +133,9 @@ pub async fn progress_shows_in_the_step_status_table_while_the_step_runs(db: Tes
     let tickmark::Accepted::New { seq } = order_paid(&engine, "evt_progress").await else {
         panic!("new")
     };
-    let worker = engine.worker(quick_worker("w"));
+    let worker = engine
+        .worker(quick_worker("w"))
+        .expect("valid worker settings");
     let running = tokio::spawn(worker.run_until_idle());
     wait::until("progress is visible", Duration::from_secs(20), || async {
         let steps = db.store.step_status(seq).await.unwrap();
@@ -158,7 +163,9 @@ pub async fn a_snoozed_step_runs_again_later_without_spending_an_attempt(db: Tes
     let tickmark::Accepted::New { seq } = order_paid(&engine, "evt_snooze").await else {
         panic!("new")
     };
-    let worker = engine.worker(quick_worker("w"));
+    let worker = engine
+        .worker(quick_worker("w"))
+        .expect("valid worker settings");
     let running = tokio::spawn(worker.run_until_idle());
     wait::until("the step is snoozed", Duration::from_secs(20), || async {
         let steps = db.store.step_status(seq).await.unwrap();
@@ -195,6 +202,7 @@ pub async fn a_delayed_event_runs_once_its_time_has_come(db: TestDb) {
         .unwrap();
     engine
         .worker(quick_worker("w"))
+        .expect("valid worker settings")
         .run_until_idle()
         .await
         .unwrap();
@@ -225,7 +233,9 @@ pub async fn a_cancelled_event_stops_its_running_step_within_a_heartbeat(db: Tes
     let tickmark::Accepted::New { seq } = order_paid(&engine, "evt_cancel").await else {
         panic!("new")
     };
-    let worker = engine.worker(quick_worker("w").with_lease(Duration::from_millis(1_500)));
+    let worker = engine
+        .worker(quick_worker("w").with_lease(Duration::from_millis(1_500)))
+        .expect("valid worker settings");
     let mut stats = worker.stats();
     let shutdown = CancellationToken::new();
     let running = tokio::spawn(worker.run(shutdown.clone()));
@@ -233,7 +243,7 @@ pub async fn a_cancelled_event_stops_its_running_step_within_a_heartbeat(db: Tes
         db.probe.runs("evt_cancel", "wait").await == 1
     })
     .await;
-    let actor = tickmark::store::admin::Actor {
+    let actor = tickmark::operator::Actor {
         who: "test",
         reason: Some("customer asked"),
     };

@@ -5,9 +5,12 @@ use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 use serde_json::json;
+use tickmark::operator::Operations;
+use tickmark::store::{ClaimParams, SequenceCheck};
 use tickmark::{Accepted, Engine, EventState, Handler, Handlers, NewEvent, StepState};
 
 use super::{engine, quick_worker};
+use crate::meeting::Meeting;
 use crate::test_steps::Record;
 use crate::TestDb;
 
@@ -50,6 +53,7 @@ pub async fn stale_events_are_recorded_and_never_applied(db: TestDb) {
     .await;
     engine
         .worker(quick_worker("w"))
+        .expect("valid worker settings")
         .run_until_idle()
         .await
         .unwrap();
@@ -80,6 +84,7 @@ pub async fn stale_events_are_recorded_and_never_applied(db: TestDb) {
     .await;
     let stats = engine
         .worker(quick_worker("w"))
+        .expect("valid worker settings")
         .run_until_idle()
         .await
         .unwrap();
@@ -116,8 +121,86 @@ pub async fn stale_events_are_recorded_and_never_applied(db: TestDb) {
     assert_eq!(steps[0].state, StepState::Stale);
 }
 
+/// Guarantee 7 at the store, where staleness is decided: before an ordered
+/// event's first step, its sequence is compared with the last one applied
+/// for its resource. Newer applies (and becomes the last applied); older or
+/// equal (from another event) is stale and the event is recorded `stale`;
+/// the same event checked again (its worker crashed before step 1 was
+/// marked) applies again; resources do not affect each other.
+pub async fn the_sequence_check_decides_staleness_per_resource(db: TestDb) {
+    let handlers = Handlers::new().on(
+        "shop",
+        "customer.updated",
+        Handler::new().named_step("apply", Record::default()),
+    );
+    let engine = engine(&db, handlers);
+    let mut seqs = Vec::new();
+    for n in 0..7 {
+        seqs.push(accept(&engine, &format!("evt_seq_{n}"), json!({})).await);
+    }
+    let claimed = db
+        .store
+        .event_claim_many(&ClaimParams::new("checker", 10, Duration::from_secs(60)))
+        .await
+        .unwrap();
+    let lease = |n: usize| {
+        claimed
+            .iter()
+            .find(|c| c.lease.event_seq == seqs[n])
+            .map(|c| c.lease)
+            .expect("claimed")
+    };
+    let (cus_1, cus_2) = ("shop:cus_1", "shop:cus_2");
+    let checks = [
+        (0, cus_1, 5, SequenceCheck::Apply),
+        (1, cus_1, 3, SequenceCheck::Stale { last_seq: 5 }),
+        (2, cus_1, 5, SequenceCheck::Stale { last_seq: 5 }),
+        (0, cus_1, 5, SequenceCheck::Apply),
+        (3, cus_1, 6, SequenceCheck::Apply),
+        (4, cus_2, 1, SequenceCheck::Apply),
+        (5, cus_1, 5, SequenceCheck::Stale { last_seq: 6 }),
+        (6, cus_2, i64::MIN, SequenceCheck::Stale { last_seq: 1 }),
+    ];
+    for (n, resource, sequence, expected) in checks {
+        let checked = db
+            .store
+            .event_sequence_check(&lease(n), resource, sequence)
+            .await
+            .unwrap();
+        assert_eq!(
+            checked, expected,
+            "event {n}, {resource} sequence {sequence}"
+        );
+    }
+    for (n, state) in [
+        (0, EventState::Running),
+        (1, EventState::Stale),
+        (2, EventState::Stale),
+        (3, EventState::Running),
+        (4, EventState::Running),
+        (5, EventState::Stale),
+        (6, EventState::Stale),
+    ] {
+        let record = db.store.event_get(seqs[n]).await.unwrap().unwrap();
+        assert_eq!(record.state, state, "event {n}");
+    }
+    let stale = db.store.event_get(seqs[1]).await.unwrap().unwrap();
+    assert!(
+        stale
+            .last_error
+            .as_deref()
+            .is_some_and(|e| e.contains("not newer than 5")),
+        "{:?}",
+        stale.last_error
+    );
+}
+
 /// Events of one resource run one at a time, in acceptance order; other
-/// resources run alongside.
+/// resources run alongside. "Alongside" is proven by a rendezvous, not by
+/// timings: the first events of the two resources each wait inside their
+/// first step until the other has arrived, so both pass only if they were
+/// running at the same time (with a wrongly global serialisation, the first
+/// would wait for the second in vain).
 pub async fn one_resource_runs_one_event_at_a_time_in_acceptance_order(db: TestDb) {
     let handlers = Handlers::new().on(
         "shop",
@@ -127,13 +210,15 @@ pub async fn one_resource_runs_one_event_at_a_time_in_acceptance_order(db: TestD
                 "first",
                 Record {
                     pause_ms: 80,
+                    meet: true,
                     ..Record::default()
                 },
             )
             .named_step("second", Record::default())
             .one_at_a_time_per("/customer"),
     );
-    let engine = engine(&db, handlers);
+    let meeting = Meeting::of(&["evt_cus_a_0", "evt_cus_b_0"], Duration::from_secs(30));
+    let engine = engine(&db, handlers).with_resource(meeting.clone());
     let mut events = Vec::new();
     for n in 0..4 {
         for customer in ["cus_a", "cus_b"] {
@@ -148,9 +233,14 @@ pub async fn one_resource_runs_one_event_at_a_time_in_acceptance_order(db: TestD
     }
     engine
         .worker(quick_worker("w").with_concurrency(8))
+        .expect("valid worker settings")
         .run_until_idle()
         .await
         .unwrap();
+    assert!(
+        meeting.everyone_met(),
+        "two resources ran side by side: the first event of each was inside its step at once"
+    );
 
     for customer in ["cus_a", "cus_b"] {
         let mut previous_end: Option<DateTime<Utc>> = None;
@@ -216,7 +306,12 @@ pub async fn a_source_limit_caps_concurrent_events(db: TestDb) {
         .with_concurrency(8)
         .with_source_limit("slow_partner", 1)
         .with_poll_every(Duration::from_millis(50));
-    let stats = engine.worker(config).run_until_idle().await.unwrap();
+    let stats = engine
+        .worker(config)
+        .expect("valid worker settings")
+        .run_until_idle()
+        .await
+        .unwrap();
     assert_eq!(stats.events_done, 8);
     let mut windows = Vec::new();
     for seq in &limited {
@@ -250,6 +345,7 @@ pub async fn an_operator_retry_applies_a_stale_event(db: TestDb) {
     .await;
     engine
         .worker(quick_worker("w"))
+        .expect("valid worker settings")
         .run_until_idle()
         .await
         .unwrap();
@@ -261,6 +357,7 @@ pub async fn an_operator_retry_applies_a_stale_event(db: TestDb) {
     .await;
     engine
         .worker(quick_worker("w"))
+        .expect("valid worker settings")
         .run_until_idle()
         .await
         .unwrap();
@@ -269,11 +366,11 @@ pub async fn an_operator_retry_applies_a_stale_event(db: TestDb) {
         EventState::Stale
     );
 
-    let actor = tickmark::store::admin::Actor {
+    let actor = tickmark::operator::Actor {
         who: "ops",
         reason: Some("replay by hand"),
     };
-    let retry = tickmark::store::admin::RetryRequest {
+    let retry = tickmark::operator::RetryRequest {
         event_seq: old,
         from_step: None,
         force: false,
@@ -282,6 +379,7 @@ pub async fn an_operator_retry_applies_a_stale_event(db: TestDb) {
     db.store.event_retry(&retry).await.unwrap();
     engine
         .worker(quick_worker("w"))
+        .expect("valid worker settings")
         .run_until_idle()
         .await
         .unwrap();

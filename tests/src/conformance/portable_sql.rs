@@ -68,6 +68,7 @@ pub async fn a_transactional_step_written_once_runs_on_either_backend(db: TestDb
     };
     engine
         .worker(quick_worker("w"))
+        .expect("valid worker settings")
         .run_until_idle()
         .await
         .unwrap();

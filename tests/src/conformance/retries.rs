@@ -45,7 +45,9 @@ pub async fn a_failed_step_is_retried_on_a_stored_schedule_that_survives_a_resta
         ),
     );
     order_paid(&engine, "evt_retry").await;
-    let worker = engine.worker(quick_worker("before-restart"));
+    let worker = engine
+        .worker(quick_worker("before-restart"))
+        .expect("valid worker settings");
     let mut stats = worker.stats();
     let shutdown = CancellationToken::new();
     let running = tokio::spawn(worker.run(shutdown.clone()));
@@ -98,6 +100,7 @@ pub async fn a_failed_step_is_retried_on_a_stored_schedule_that_survives_a_resta
         .with_resource(db.probe.clone());
     restarted
         .worker(quick_worker("after-restart"))
+        .expect("valid worker settings")
         .run_until_idle()
         .await
         .unwrap();
@@ -124,6 +127,7 @@ pub async fn the_event_is_dead_lettered_after_the_last_attempt(db: TestDb) {
     order_paid(&engine, "evt_dead").await;
     let stats = engine
         .worker(quick_worker("w"))
+        .expect("valid worker settings")
         .run_until_idle()
         .await
         .unwrap();
@@ -165,6 +169,7 @@ pub async fn a_terminal_failure_dead_letters_at_once(db: TestDb) {
     order_paid(&engine, "evt_terminal").await;
     engine
         .worker(quick_worker("w"))
+        .expect("valid worker settings")
         .run_until_idle()
         .await
         .unwrap();
@@ -207,6 +212,7 @@ pub async fn a_step_that_kills_its_worker_every_time_is_dead_lettered(db: TestDb
     }
     engine
         .worker(quick_worker("w"))
+        .expect("valid worker settings")
         .run_until_idle()
         .await
         .unwrap();
@@ -242,6 +248,7 @@ pub async fn a_panicking_step_is_a_retryable_failure(db: TestDb) {
     order_paid(&engine, "evt_panic").await;
     let stats = engine
         .worker(quick_worker("w"))
+        .expect("valid worker settings")
         .run_until_idle()
         .await
         .unwrap();
@@ -270,11 +277,13 @@ pub async fn an_unknown_step_type_parks_the_event(db: TestDb) {
             not_before: None,
             resource_key: None,
             resource_seq: None,
+            replay_key: None,
         })
         .await
         .unwrap();
     let stats = engine
         .worker(quick_worker("w"))
+        .expect("valid worker settings")
         .run_until_idle()
         .await
         .unwrap();

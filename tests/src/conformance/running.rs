@@ -36,6 +36,7 @@ pub async fn steps_run_in_order_with_keys_and_earlier_outputs(db: TestDb) {
     };
     engine
         .worker(quick_worker("w"))
+        .expect("valid worker settings")
         .run_until_idle()
         .await
         .unwrap();
@@ -82,6 +83,7 @@ pub async fn the_step_status_view_is_readable_with_plain_sql(db: TestDb) {
     assert_eq!(count("pending").await, 3);
     engine
         .worker(quick_worker("w"))
+        .expect("valid worker settings")
         .run_until_idle()
         .await
         .unwrap();
@@ -106,6 +108,7 @@ pub async fn a_transactional_steps_effect_commits_with_its_mark(db: TestDb) {
     order_paid(&engine, "evt_credit").await;
     engine
         .worker(quick_worker("w"))
+        .expect("valid worker settings")
         .run_until_idle()
         .await
         .unwrap();
@@ -158,6 +161,7 @@ pub async fn a_crash_after_a_mark_resumes_at_the_first_unfinished_step(db: TestD
 
     let stats = engine
         .worker(quick_worker("rescuer"))
+        .expect("valid worker settings")
         .run_until_idle()
         .await
         .unwrap();
@@ -207,6 +211,7 @@ pub async fn an_interrupted_step_is_shown_then_rerun_with_the_same_key(db: TestD
 
     engine
         .worker(quick_worker("rescuer"))
+        .expect("valid worker settings")
         .run_until_idle()
         .await
         .unwrap();
@@ -223,7 +228,9 @@ pub async fn an_interrupted_step_is_shown_then_rerun_with_the_same_key(db: TestD
 /// not until their next poll.
 pub async fn an_accepted_event_wakes_an_idle_worker_without_polling(db: TestDb) {
     let engine = engine(&db, three_steps());
-    let worker = engine.worker(quick_worker("sleeper").with_poll_every(Duration::from_secs(120)));
+    let worker = engine
+        .worker(quick_worker("sleeper").with_poll_every(Duration::from_secs(120)))
+        .expect("valid worker settings");
     let mut stats = worker.stats();
     let shutdown = CancellationToken::new();
     let running = tokio::spawn(worker.run(shutdown.clone()));
@@ -277,22 +284,37 @@ pub async fn a_claim_leases_many_events_at_once(db: TestDb) {
 
 /// A step that runs far longer than the lease keeps it: the heartbeat extends
 /// it, nobody takes the event over, and the step runs once.
+///
+/// The margin is wide on purpose. A lease is lost, correctly, when its
+/// heartbeat comes later than the lease allows, so "no takeover" holds only
+/// while the heartbeat (every third of the lease) is at most two thirds of a
+/// lease late. With a 3 s lease that is 2 s of slack for a starved task or a
+/// slow statement on a loaded two-core machine (a 900 ms lease left 600 ms);
+/// the step still runs 2.5 leases, so without renewals its lease would have
+/// run out twice over.
 pub async fn a_step_longer_than_its_lease_keeps_it_by_heartbeat(db: TestDb) {
+    let lease = Duration::from_secs(3);
+    let pause = lease * 5 / 2;
     let handlers = Handlers::new().on(
         "shop",
         "order.paid",
         Handler::new().named_step(
             "first",
             Record {
-                pause_ms: 3_000,
+                pause_ms: u64::try_from(pause.as_millis()).expect("a short pause"),
                 ..Record::default()
             },
         ),
     );
     let engine = engine(&db, handlers);
     order_paid(&engine, "evt_long").await;
-    let config = quick_worker("patient").with_lease(Duration::from_millis(900));
-    let stats = engine.worker(config).run_until_idle().await.unwrap();
+    let config = quick_worker("patient").with_lease(lease);
+    let stats = engine
+        .worker(config)
+        .expect("valid worker settings")
+        .run_until_idle()
+        .await
+        .unwrap();
     assert_eq!((stats.takeovers, stats.leases_lost), (0, 0));
     assert_eq!(db.probe.runs("evt_long", "first").await, 1);
     let record = db
@@ -302,4 +324,11 @@ pub async fn a_step_longer_than_its_lease_keeps_it_by_heartbeat(db: TestDb) {
         .unwrap()
         .unwrap();
     assert_eq!((record.state, record.takeovers), (EventState::Done, 0));
+    let steps = db.store.step_status(record.event.seq).await.unwrap();
+    let ran = steps[0].finished_at.unwrap() - steps[0].started_at.unwrap();
+    assert!(
+        ran.to_std().unwrap_or_default() > lease * 2,
+        "the step outlived its lease more than twice ({ran})"
+    );
+    assert_eq!((steps[0].state, steps[0].attempts), (StepState::Done, 1));
 }

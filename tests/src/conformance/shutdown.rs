@@ -27,7 +27,9 @@ async fn start_then_shut_down(db: &TestDb, event_id: &str, grace: Duration, firs
         .accept(NewEvent::with_id("shop", event_id, "order.paid", json!({})))
         .await
         .unwrap();
-    let worker = engine.worker(quick_worker("leaving").with_grace(grace));
+    let worker = engine
+        .worker(quick_worker("leaving").with_grace(grace))
+        .expect("valid worker settings");
     let shutdown = CancellationToken::new();
     let running = tokio::spawn(worker.run(shutdown.clone()));
     wait::until("the first step starts", Duration::from_secs(20), || async {
@@ -73,6 +75,7 @@ pub async fn shutdown_lets_a_running_step_finish_then_releases_the_event(db: Tes
     let engine = engine(&db, Handlers::new());
     engine
         .worker(quick_worker("next"))
+        .expect("valid worker settings")
         .run_until_idle()
         .await
         .unwrap();
@@ -105,6 +108,7 @@ pub async fn shutdown_past_the_grace_period_cancels_and_releases(db: TestDb) {
     let engine = engine(&db, Handlers::new());
     engine
         .worker(quick_worker("next"))
+        .expect("valid worker settings")
         .run_until_idle()
         .await
         .unwrap();

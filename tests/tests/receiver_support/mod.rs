@@ -381,6 +381,7 @@ impl Harness {
     pub async fn run_worker(&self) -> WorkerStats {
         self.engine
             .worker(quick_worker("receiver-test"))
+            .expect("valid worker settings")
             .run_until_idle()
             .await
             .expect("worker")

@@ -1,16 +1,17 @@
 //! `GET /events`: the event list, newest first, with filters; or the events
 //! an operator's id finds.
 
-use std::fmt::Write as _;
 use std::sync::Arc;
 use std::time::Duration;
 
 use axum::extract::{RawQuery, State};
 use axum::http::StatusCode;
+use maud::{html, Markup};
 
 use super::{badge, clip, options};
-use crate::dashboard::html::{self, Page, Text};
+use crate::dashboard::html::{self, Page};
 use crate::dashboard::links::Base;
+use crate::dashboard::viewer::Viewer;
 use crate::dashboard::{store_failure, Shared};
 use crate::event::EventState;
 use crate::store::admin::EventFilter;
@@ -89,24 +90,23 @@ fn non_empty(text: &str) -> Option<String> {
     (!text.is_empty()).then(|| text.to_owned())
 }
 
-/// `90s`, `15m`, `24h`, `7d`.
+/// The longest `since` accepted: 100 years, far past any retention.
+const MAX_SINCE: Duration = Duration::from_secs(100 * 365 * 24 * 3600);
+
+/// `90s`, `15m`, `24h`, `7d` (and any sum `humantime` reads, like
+/// `1h30m`), in whole numbers, at most 100 years.
 fn parse_since(text: &str) -> Option<Duration> {
-    let unit_at = text.find(|c: char| !c.is_ascii_digit())?;
-    let (number, unit) = text.split_at(unit_at);
-    let number: u64 = number.parse().ok()?;
-    let seconds = match unit {
-        "s" => 1,
-        "m" => 60,
-        "h" => 3_600,
-        "d" => 86_400,
-        _ => return None,
-    };
-    number.checked_mul(seconds).map(Duration::from_secs)
+    if !text.starts_with(|c: char| c.is_ascii_digit()) || text.contains('.') {
+        return None;
+    }
+    humantime::parse_duration(text)
+        .ok()
+        .filter(|since| *since <= MAX_SINCE)
 }
 
 pub(crate) async fn page(
     State(shared): State<Arc<Shared>>,
-    base: Base,
+    viewer: Viewer,
     RawQuery(raw): RawQuery,
 ) -> Page {
     let query = Query::parse(raw.as_deref());
@@ -114,13 +114,13 @@ pub(crate) async fn page(
     let filter = match query.filter() {
         Ok(filter) => filter,
         Err(message) => {
-            return Page::message(&base.0, StatusCode::BAD_REQUEST, "Bad filter", &message)
+            return Page::message(&viewer, StatusCode::BAD_REQUEST, "Bad filter", &message)
         }
     };
     let (heading, events) = if query.id.is_empty() {
         match store.event_list(&filter).await {
             Ok(events) => ("Events".to_owned(), events),
-            Err(error) => return store_failure(&base, &error),
+            Err(error) => return store_failure(&viewer, &error),
         }
     } else {
         match store
@@ -128,31 +128,32 @@ pub(crate) async fn page(
             .await
         {
             Ok(events) => (format!("Events found for `{}`", query.id), events),
-            Err(error) => return store_failure(&base, &error),
+            Err(error) => return store_failure(&viewer, &error),
         }
     };
     // The sources offered in the filter; the list still works without them.
     let sources = store.sources().await.unwrap_or_default();
-
-    let mut body = String::with_capacity(8192);
-    let _ = writeln!(body, "<h1>{}</h1>", Text(&heading));
-    body.push_str(&filter_form(&base, &query, &sources));
-    if events.is_empty() {
-        body.push_str("<p class=\"muted\" id=\"no-events\">No events match.</p>\n");
-    } else {
-        body.push_str(&table(&base, &events));
-        if query.id.is_empty() && events.len() >= filter.limit as usize {
-            let _ = writeln!(
-                body,
-                "<p class=\"muted\">Showing the newest {}; narrow the filters or raise the limit to see more.</p>",
-                filter.limit
-            );
+    let base = &viewer.base;
+    let more = query.id.is_empty() && events.len() >= filter.limit as usize;
+    let body = html! {
+        h1 { (heading) }
+        (filter_form(base, &query, &sources))
+        @if events.is_empty() {
+            p.muted #no-events { "No events match." }
+        } @else {
+            (table(base, &events))
+            @if more {
+                p.muted {
+                    "Showing the newest " (filter.limit)
+                    "; narrow the filters or raise the limit to see more."
+                }
+            }
         }
-    }
-    Page::ok(&base.0, heading, body)
+    };
+    Page::ok(&viewer, heading, body)
 }
 
-fn filter_form(base: &Base, query: &Query, sources: &[String]) -> String {
+fn filter_form(base: &Base, query: &Query, sources: &[String]) -> Markup {
     let states = std::iter::once(("", "any"))
         .chain(EventState::ALL.map(|state| (state.as_str(), state.as_str())));
     let mut source_options = vec![("", "any")];
@@ -171,67 +172,66 @@ fn filter_form(base: &Base, query: &Query, sources: &[String]) -> String {
     if !since.iter().any(|(value, _)| *value == query.since) {
         since_options.push((query.since.as_str(), query.since.as_str()));
     }
-    format!(
-        "<form class=\"filters\" method=\"get\" action=\"{action}\">\n\
-         <label>state<select name=\"state\">{states}</select></label>\n\
-         <label>source<select name=\"source\">{sources}</select></label>\n\
-         <label>kind<input name=\"kind\" value=\"{kind}\" placeholder=\"order.paid\"></label>\n\
-         <label>received within<select name=\"since\">{since}</select></label>\n\
-         <label>limit<input name=\"limit\" value=\"{limit}\" size=\"5\" placeholder=\"{DEFAULT_LIMIT}\"></label>\n\
-         <button type=\"submit\">Filter</button>\n\
-         <label>or find by # or event id<input name=\"id\" value=\"{id}\" placeholder=\"42 or evt_…\"></label>\n\
-         <button type=\"submit\" class=\"secondary\">Find</button>\n\
-         <a href=\"{action}\">clear</a>\n</form>\n",
-        action = Text(base.events([])),
-        states = options(states, &query.state),
-        sources = options(source_options, &query.source),
-        kind = Text(&query.kind),
-        since = options(since_options, &query.since),
-        limit = Text(&query.limit),
-        id = Text(&query.id),
-    )
+    let action = base.events([]);
+    html! {
+        form.filters method="get" action=(action) {
+            label { "state" select name="state" { (options(states, &query.state)) } }
+            label { "source" select name="source" { (options(source_options, &query.source)) } }
+            label { "kind" input name="kind" value=(query.kind) placeholder="order.paid"; }
+            label { "received within" select name="since" { (options(since_options, &query.since)) } }
+            label { "limit" input name="limit" value=(query.limit) size="5" placeholder=(DEFAULT_LIMIT); }
+            button type="submit" { "Filter" }
+            label { "or find by # or event id" input name="id" value=(query.id) placeholder="42 or evt_…"; }
+            button.secondary type="submit" { "Find" }
+            a href=(action) { "clear" }
+        }
+    }
 }
 
-fn table(base: &Base, events: &[EventRecord]) -> String {
-    let mut out = String::from(
-        "<table class=\"data\" id=\"events\">\n<tr><th class=\"num\">#</th><th>received</th><th>source</th>\
-         <th>event id</th><th>kind</th><th>state</th><th class=\"num\">step</th>\
-         <th class=\"num\">attempt</th><th>last error</th></tr>\n",
-    );
-    for record in events {
-        let event = &record.event;
-        let class = match record.state {
-            EventState::Dead => " class=\"fail\"",
-            EventState::Parked => " class=\"warn\"",
-            _ => "",
-        };
-        let step = if record.step_count == 0 {
-            "–".to_owned()
-        } else if record.state == EventState::Done {
-            format!("{0}/{0}", record.step_count)
-        } else {
-            format!("{}/{}", record.next_step + 1, record.step_count)
-        };
-        let _ = writeln!(
-            out,
-            "<tr{class}><td class=\"num\"><a href=\"{link}\">{seq}</a></td><td>{received}</td>\
-             <td>{source}</td><td class=\"wrap\"><a href=\"{link}\">{id}</a></td><td>{kind}</td>\
-             <td>{state}</td><td class=\"num\">{step}</td><td class=\"num\">{attempt}</td>\
-             <td class=\"error\">{error}</td></tr>",
-            link = Text(base.event(event.seq)),
-            seq = event.seq,
-            received = Text(html::time(&event.received_at)),
-            source = Text(&event.source),
-            id = Text(&event.id),
-            kind = Text(&event.kind),
-            state = badge(record.state.as_str()),
-            step = Text(step),
-            attempt = record.attempt,
-            error = Text(clip(record.last_error.as_deref().unwrap_or(""), 160)),
-        );
+fn table(base: &Base, events: &[EventRecord]) -> Markup {
+    html! {
+        table.data #events {
+            tr {
+                th.num { "#" } th { "received" } th { "source" } th { "event id" } th { "kind" }
+                th { "state" } th.num { "step" } th.num { "attempt" } th { "last error" }
+            }
+            @for record in events {
+                @let event = &record.event;
+                @let link = base.event(event.seq);
+                tr class=[row_class(record.state)] {
+                    td.num { a href=(link) { (event.seq) } }
+                    td { (html::time(&event.received_at)) }
+                    td { (event.source) }
+                    td.wrap { a href=(link) { (event.id) } }
+                    td { (event.kind) }
+                    td { (badge(record.state.as_str())) }
+                    td.num { (step(record)) }
+                    td.num { (record.attempt) }
+                    td.error { (clip(record.last_error.as_deref().unwrap_or(""), 160)) }
+                }
+            }
+        }
     }
-    out.push_str("</table>\n");
-    out
+}
+
+/// Dead rows tinted red, parked rows amber.
+fn row_class(state: EventState) -> Option<&'static str> {
+    match state {
+        EventState::Dead => Some("fail"),
+        EventState::Parked => Some("warn"),
+        _ => None,
+    }
+}
+
+/// `2/3`: the current step of all.
+fn step(record: &EventRecord) -> String {
+    if record.step_count == 0 {
+        "–".to_owned()
+    } else if record.state == EventState::Done {
+        format!("{0}/{0}", record.step_count)
+    } else {
+        format!("{}/{}", record.next_step + 1, record.step_count)
+    }
 }
 
 #[cfg(test)]

@@ -4,15 +4,12 @@ pub(crate) mod event;
 pub(crate) mod events;
 pub(crate) mod overview;
 
-use super::html::Text;
+use maud::{html, Markup};
 
 /// A state as a coloured badge (`class="state s-dead"`). The state names
 /// are the engine's own words, escaped all the same.
-fn badge(state: &str) -> String {
-    format!(
-        "<span class=\"state s-{state}\">{state}</span>",
-        state = Text(state)
-    )
+fn badge(state: &str) -> Markup {
+    html! { span class={ "state s-" (state) } { (state) } }
 }
 
 /// At most `max` characters of `text`, with `…` when cut (never splits a
@@ -27,18 +24,12 @@ fn clip(text: &str, max: usize) -> String {
 }
 
 /// `<option>`s for a `<select>`, with `selected` on the current value.
-fn options<'a>(values: impl IntoIterator<Item = (&'a str, &'a str)>, current: &str) -> String {
-    values
-        .into_iter()
-        .map(|(value, label)| {
-            format!(
-                "<option value=\"{}\"{}>{}</option>",
-                Text(value),
-                if value == current { " selected" } else { "" },
-                Text(label)
-            )
-        })
-        .collect()
+fn options<'a>(values: impl IntoIterator<Item = (&'a str, &'a str)>, current: &str) -> Markup {
+    html! {
+        @for (value, label) in values {
+            option value=(value) selected[value == current] { (label) }
+        }
+    }
 }
 
 #[cfg(test)]
@@ -55,11 +46,11 @@ mod tests {
     #[test]
     fn badges_and_options_escape_their_text() {
         assert_eq!(
-            badge("<x>"),
+            badge("<x>").into_string(),
             "<span class=\"state s-&lt;x&gt;\">&lt;x&gt;</span>"
         );
         assert_eq!(
-            options([("a\"", "<b>")], "a\""),
+            options([("a\"", "<b>")], "a\"").into_string(),
             "<option value=\"a&quot;\" selected>&lt;b&gt;</option>"
         );
     }

@@ -1,17 +1,19 @@
 //! `GET /`: the status overview.
 
 use std::collections::{BTreeMap, HashMap};
-use std::fmt::Write as _;
 use std::sync::Arc;
 
 use axum::extract::State;
+use maud::{html, Markup};
 
 use super::{badge, clip};
-use crate::dashboard::html::{self, Page, Text};
+use crate::dashboard::html::{self, Page};
 use crate::dashboard::links::Base;
+use crate::dashboard::viewer::Viewer;
 use crate::dashboard::{store_failure, Shared};
 use crate::event::EventState;
-use crate::store::admin::EventFilter;
+use crate::store::admin::{EventFilter, StatusReport};
+use crate::store::EventRecord;
 
 /// How many minutes the done-per-minute chart covers.
 const MINUTES: u32 = 60;
@@ -19,11 +21,11 @@ const MINUTES: u32 = 60;
 /// How many recent dead letters the overview lists.
 const DEAD_SHOWN: u32 = 10;
 
-pub(crate) async fn page(State(shared): State<Arc<Shared>>, base: Base) -> Page {
+pub(crate) async fn page(State(shared): State<Arc<Shared>>, viewer: Viewer) -> Page {
     let store = shared.engine.store();
     let report = match store.status(MINUTES).await {
         Ok(report) => report,
-        Err(error) => return store_failure(&base, &error),
+        Err(error) => return store_failure(&viewer, &error),
     };
     let dead = match store
         .event_list(&EventFilter {
@@ -34,73 +36,102 @@ pub(crate) async fn page(State(shared): State<Arc<Shared>>, base: Base) -> Page 
         .await
     {
         Ok(dead) => dead,
-        Err(error) => return store_failure(&base, &error),
+        Err(error) => return store_failure(&viewer, &error),
     };
+    let counts = Counts::of(&report);
+    let base = &viewer.base;
+    let body = html! {
+        h1 { "Overview" }
+        (cards(base, &report, &counts))
+        h2 { "Events by source and state" }
+        (counts_table(base, &counts))
+        h2 { "Events done per minute, last " (MINUTES) " minutes" }
+        (throughput(&report.done_per_minute))
+        (dead_letters(base, &dead))
+    };
+    Page::ok(&viewer, "Overview", body)
+}
 
-    // States in lifecycle order (`EventState::ALL`), sources by name.
-    let mut by_state: HashMap<EventState, i64> = HashMap::new();
-    let mut by_source: BTreeMap<&str, HashMap<EventState, i64>> = BTreeMap::new();
-    for (state, source, count) in &report.counts {
-        *by_state.entry(*state).or_default() += count;
-        *by_source
-            .entry(source.as_str())
-            .or_default()
-            .entry(*state)
-            .or_default() += count;
+/// The report's counts, by state and by source × state.
+struct Counts<'a> {
+    by_state: HashMap<EventState, i64>,
+    /// Sources by name.
+    by_source: BTreeMap<&'a str, HashMap<EventState, i64>>,
+}
+
+impl<'a> Counts<'a> {
+    fn of(report: &'a StatusReport) -> Self {
+        let mut by_state: HashMap<EventState, i64> = HashMap::new();
+        let mut by_source: BTreeMap<&str, HashMap<EventState, i64>> = BTreeMap::new();
+        for (state, source, count) in &report.counts {
+            *by_state.entry(*state).or_default() += count;
+            *by_source
+                .entry(source.as_str())
+                .or_default()
+                .entry(*state)
+                .or_default() += count;
+        }
+        Self {
+            by_state,
+            by_source,
+        }
     }
-    let count = |state| by_state.get(&state).copied().unwrap_or(0);
-    let done_last_hour: i64 = report.done_per_minute.iter().sum();
 
-    let mut body = String::with_capacity(8192);
-    body.push_str("<h1>Overview</h1>\n<div class=\"cards\">\n");
+    fn of_state(&self, state: EventState) -> i64 {
+        self.by_state.get(&state).copied().unwrap_or(0)
+    }
+
+    /// The states that have events, in lifecycle order (`EventState::ALL`).
+    fn columns(&self) -> Vec<EventState> {
+        EventState::ALL
+            .into_iter()
+            .filter(|state| self.by_state.contains_key(state))
+            .collect()
+    }
+}
+
+/// The cards at the top: (label, value, class, the list they link to).
+fn cards(base: &Base, report: &StatusReport, counts: &Counts<'_>) -> Markup {
+    let warn_if = |n: i64, class: &'static str| if n > 0 { class } else { "" };
+    let dead = counts.of_state(EventState::Dead);
+    let parked = counts.of_state(EventState::Parked);
+    let done_last_hour: i64 = report.done_per_minute.iter().sum();
+    let oldest = report
+        .oldest_pending_age
+        .map(html::duration)
+        .unwrap_or_else(|| "–".to_owned());
     let cards = [
         (
             "Pending",
-            count(EventState::Pending).to_string(),
+            counts.of_state(EventState::Pending).to_string(),
             "",
             Some("pending"),
         ),
         (
             "Running",
-            count(EventState::Running).to_string(),
+            counts.of_state(EventState::Running).to_string(),
             "",
             Some("running"),
         ),
         (
             "Dead letters",
-            count(EventState::Dead).to_string(),
-            if count(EventState::Dead) > 0 {
-                "bad"
-            } else {
-                ""
-            },
+            dead.to_string(),
+            warn_if(dead, "bad"),
             Some("dead"),
         ),
         (
             "Parked",
-            count(EventState::Parked).to_string(),
-            if count(EventState::Parked) > 0 {
-                "warn"
-            } else {
-                ""
-            },
+            parked.to_string(),
+            warn_if(parked, "warn"),
             Some("parked"),
         ),
         (
             "Stuck (lease expired)",
             report.stuck.to_string(),
-            if report.stuck > 0 { "warn" } else { "" },
+            warn_if(report.stuck, "warn"),
             Some("running"),
         ),
-        (
-            "Oldest pending",
-            report
-                .oldest_pending_age
-                .map(html::duration)
-                .unwrap_or_else(|| "–".to_owned()),
-            "",
-            None,
-        ),
+        ("Oldest pending", oldest, "", None),
         (
             "Done, last hour",
             done_last_hour.to_string(),
@@ -108,116 +139,98 @@ pub(crate) async fn page(State(shared): State<Arc<Shared>>, base: Base) -> Page 
             Some("done"),
         ),
     ];
-    for (label, value, class, state) in cards {
-        let value = match state {
-            Some(state) => format!(
-                "<a href=\"{}\" style=\"color:inherit;text-decoration:none\">{}</a>",
-                Text(base.events([("state", state)])),
-                Text(&value)
-            ),
-            None => Text(&value).to_string(),
-        };
-        let _ = writeln!(
-            body,
-            "<div class=\"card {class}\"><div class=\"label\">{}</div><div class=\"value\">{value}</div></div>",
-            Text(label)
-        );
-    }
-    body.push_str("</div>\n");
-
-    // Events by source and state.
-    body.push_str("<h2>Events by source and state</h2>\n");
-    if by_source.is_empty() {
-        body.push_str("<p class=\"muted\">No events yet.</p>\n");
-    } else {
-        let columns: Vec<EventState> = EventState::ALL
-            .into_iter()
-            .filter(|state| by_state.contains_key(state))
-            .collect();
-        body.push_str("<table class=\"data compact\" id=\"counts\">\n<tr><th>source</th>");
-        for state in &columns {
-            let _ = write!(body, "<th class=\"num\">{}</th>", badge(state.as_str()));
-        }
-        body.push_str("<th class=\"num\">all</th></tr>\n");
-        for (source, counts) in &by_source {
-            let _ = write!(
-                body,
-                "<tr><td><a href=\"{}\">{}</a></td>",
-                Text(base.events([("source", *source)])),
-                Text(source)
-            );
-            for state in &columns {
-                match counts.get(state) {
-                    Some(n) => {
-                        let _ = write!(
-                            body,
-                            "<td class=\"num\"><a href=\"{}\">{n}</a></td>",
-                            Text(base.events([("source", *source), ("state", state.as_str())]))
-                        );
+    html! {
+        div.cards {
+            @for (label, value, class, state) in cards {
+                div class={ "card " (class) } {
+                    div.label { (label) }
+                    div.value {
+                        @match state {
+                            Some(state) => a.plain href=(base.events([("state", state)])) { (value) },
+                            None => (value),
+                        }
                     }
-                    None => body.push_str("<td class=\"num muted\">0</td>"),
                 }
             }
-            let _ = writeln!(
-                body,
-                "<td class=\"num\">{}</td></tr>",
-                counts.values().sum::<i64>()
-            );
         }
-        body.push_str("</table>\n");
     }
+}
 
-    // Throughput: oldest minute on the left.
-    let _ = writeln!(
-        body,
-        "<h2>Events done per minute, last {MINUTES} minutes</h2>"
-    );
-    let peak = report.done_per_minute.iter().copied().max().unwrap_or(0);
+/// Events by source and state; each count links to the filtered list.
+fn counts_table(base: &Base, counts: &Counts<'_>) -> Markup {
+    if counts.by_source.is_empty() {
+        return html! { p.muted { "No events yet." } };
+    }
+    let columns = counts.columns();
+    html! {
+        table.data.compact #counts {
+            tr {
+                th { "source" }
+                @for state in &columns { th.num { (badge(state.as_str())) } }
+                th.num { "all" }
+            }
+            @for (source, by_state) in &counts.by_source {
+                tr {
+                    td { a href=(base.events([("source", *source)])) { (source) } }
+                    @for state in &columns {
+                        @match by_state.get(state) {
+                            Some(n) => td.num {
+                                a href=(base.events([("source", *source), ("state", state.as_str())])) { (n) }
+                            },
+                            None => td.num.muted { "0" },
+                        }
+                    }
+                    td.num { (by_state.values().sum::<i64>()) }
+                }
+            }
+        }
+    }
+}
+
+/// A bar per minute, oldest on the left.
+fn throughput(done_per_minute: &[i64]) -> Markup {
+    let peak = done_per_minute.iter().copied().max().unwrap_or(0);
     if peak == 0 {
-        body.push_str("<p class=\"muted\">No events finished in the last hour.</p>\n");
-    } else {
-        body.push_str("<div class=\"bars\">");
-        for (ago, done) in report.done_per_minute.iter().enumerate().rev() {
-            let height = if *done > 0 {
-                (done * 100 / peak).max(3)
-            } else {
-                0
-            };
-            let _ = write!(
-                body,
-                "<span style=\"height:{height}%\" title=\"{done} done, {ago} min ago\"></span>"
-            );
-        }
-        let _ = writeln!(
-            body,
-            "</div>\n<p class=\"muted\">oldest minute on the left · peak {peak}/min · \
-             {done_last_hour} in the last hour</p>"
-        );
+        return html! { p.muted { "No events finished in the last hour." } };
     }
+    let total: i64 = done_per_minute.iter().sum();
+    html! {
+        div.bars {
+            @for (ago, done) in done_per_minute.iter().enumerate().rev() {
+                @let height = if *done > 0 { (done * 100 / peak).max(3) } else { 0 };
+                span style={ "height:" (height) "%" } title={ (done) " done, " (ago) " min ago" } {}
+            }
+        }
+        p.muted {
+            "oldest minute on the left · peak " (peak) "/min · " (total) " in the last hour"
+        }
+    }
+}
 
-    // The latest dead letters.
-    if !dead.is_empty() {
-        body.push_str("<h2>Latest dead letters</h2>\n<table class=\"data\">\n<tr><th>#</th><th>received</th><th>source</th><th>event id</th><th>kind</th><th>last error</th></tr>\n");
-        for record in &dead {
-            let event = &record.event;
-            let _ = writeln!(
-                body,
-                "<tr class=\"fail\"><td><a href=\"{link}\">{seq}</a></td><td>{received}</td><td>{source}</td>\
-                 <td class=\"wrap\"><a href=\"{link}\">{id}</a></td><td>{kind}</td><td class=\"error\">{error}</td></tr>",
-                link = Text(base.event(event.seq)),
-                seq = event.seq,
-                received = Text(html::time(&event.received_at)),
-                source = Text(&event.source),
-                id = Text(&event.id),
-                kind = Text(&event.kind),
-                error = Text(clip(record.last_error.as_deref().unwrap_or(""), 200)),
-            );
-        }
-        let _ = writeln!(
-            body,
-            "</table>\n<p><a href=\"{}\">All dead letters</a></p>",
-            Text(base.events([("state", "dead")]))
-        );
+/// The latest dead letters, when there are any.
+fn dead_letters(base: &Base, dead: &[EventRecord]) -> Markup {
+    if dead.is_empty() {
+        return html! {};
     }
-    Page::ok(&base.0, "Overview", body)
+    html! {
+        h2 { "Latest dead letters" }
+        table.data {
+            tr {
+                th { "#" } th { "received" } th { "source" } th { "event id" } th { "kind" } th { "last error" }
+            }
+            @for record in dead {
+                @let event = &record.event;
+                @let link = base.event(event.seq);
+                tr.fail {
+                    td { a href=(link) { (event.seq) } }
+                    td { (html::time(&event.received_at)) }
+                    td { (event.source) }
+                    td.wrap { a href=(link) { (event.id) } }
+                    td { (event.kind) }
+                    td.error { (clip(record.last_error.as_deref().unwrap_or(""), 200)) }
+                }
+            }
+        }
+        p { a href=(base.events([("state", "dead")])) { "All dead letters" } }
+    }
 }

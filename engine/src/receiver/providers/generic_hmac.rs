@@ -5,7 +5,11 @@
 //! standard padded base64; the signature is the HMAC of the raw body with
 //! SHA-1, SHA-256 or SHA-512, keyed with the secret's bytes as-is. Several
 //! secrets support rotation. There is no timestamp, so replay protection
-//! rests on the event id.
+//! rests on the event id; and when the id comes from a header (which the
+//! signature does not cover), also on a replay key derived from the verified
+//! signature (and the kind, when it too comes from a header): the same signed
+//! body sent again under a new id is a duplicate for as long as the event is
+//! kept.
 //!
 //! The body is JSON, or, with Content-Type
 //! `application/x-www-form-urlencoded`, a form that becomes a JSON object of
@@ -30,7 +34,8 @@ use serde_json::Value;
 use super::body::{decode_form, form_to_json, is_form, media_type, parse_json};
 use super::signature::{
     any_match, hmac_sha1, hmac_sha256, hmac_sha512, id_from_header, is_valid_kind,
-    kind_from_header, kind_from_json, plain_secrets, signature_header, validate_id, Secret,
+    kind_from_header, kind_from_json, plain_secrets, replay_key, shortest, signature_header,
+    validate_id, Secret,
 };
 use super::{ConfigError, Delivery, Provider, Rejection, Verdict, VerifiedEvent};
 
@@ -226,6 +231,11 @@ impl GenericHmac {
         }
     }
 
+    /// The presented digest, from the signature header.
+    fn presented(&self, headers: &http::HeaderMap) -> Result<Vec<u8>, Rejection> {
+        self.parse_signature(signature_header(headers, &self.header)?)
+    }
+
     /// The digest in the signature header's value.
     fn parse_signature(&self, value: &str) -> Result<Vec<u8>, Rejection> {
         let encoded = match &self.prefix {
@@ -267,13 +277,13 @@ impl Provider for GenericHmac {
     }
 
     fn verify(&self, delivery: &Delivery<'_>) -> Result<Verdict, Rejection> {
-        let presented = self.parse_signature(signature_header(delivery.headers, &self.header)?)?;
+        let presented = self.presented(delivery.headers)?;
         let expected: Vec<Vec<u8>> = self
             .secrets
             .iter()
             .filter_map(|s| self.algorithm.mac(s.bytes(), delivery.body))
             .collect();
-        if !any_match(&expected, &[presented]) {
+        if !any_match(&expected, std::slice::from_ref(&presented)) {
             return Err(Rejection::BadSignature);
         }
 
@@ -294,7 +304,29 @@ impl Provider for GenericHmac {
                 kind_from_json(payload.pointer(pointer), &format!("body field `{pointer}`"))?
             }
         };
-        Ok(Verdict::Event(VerifiedEvent { id, kind, payload }))
+        // An id from a header is not signed: the signature (with the kind,
+        // when that is not signed either) keeps a replay under a new id out.
+        let replay_key = match (&self.id, &self.kind) {
+            (Some(Source::Header(_)), Some(Source::Header(_))) => {
+                Some(replay_key(&[kind.as_bytes()], &presented))
+            }
+            (Some(Source::Header(_)), _) => Some(replay_key(&[], &presented)),
+            _ => None,
+        };
+        Ok(Verdict::Event(VerifiedEvent {
+            id,
+            kind,
+            payload,
+            replay_key,
+        }))
+    }
+
+    fn check_headers(&self, headers: &http::HeaderMap) -> Result<(), Rejection> {
+        self.presented(headers).map(drop)
+    }
+
+    fn shortest_secret_bytes(&self) -> Option<usize> {
+        shortest(&self.secrets)
     }
 }
 

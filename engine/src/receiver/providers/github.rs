@@ -3,7 +3,10 @@
 //! Scheme: `X-Hub-Signature-256: sha256=<hex>`, the hex HMAC-SHA256 of the raw
 //! body keyed with the webhook secret. One signature per delivery; several
 //! configured secrets support rotation. There is no timestamp (GitHub signs
-//! none), so replay protection rests on the delivery id.
+//! none), and the delivery id and event name headers are not signed: so the
+//! verdict's replay key is derived from the verified signature (the body
+//! alone), and the same signed body sent again under a new delivery id, or
+//! with another event name, is a duplicate for as long as the event is kept.
 //!
 //! The event id is the `X-GitHub-Delivery` header, the kind the
 //! `X-GitHub-Event` header (both required). A hook configured with content
@@ -18,7 +21,8 @@ use http::HeaderName;
 
 use super::body::{decode_form, is_form, media_type, parse_json};
 use super::signature::{
-    id_from_header, kind_from_header, plain_secrets, signature_header, verify_hmac_sha256, Secret,
+    id_from_header, kind_from_header, plain_secrets, replay_key, shortest, signature_header,
+    verify_hmac_sha256, Secret,
 };
 use super::{ConfigError, Delivery, Provider, Rejection, Verdict, VerifiedEvent};
 
@@ -61,6 +65,11 @@ fn malformed(reason: &'static str) -> Rejection {
     }
 }
 
+/// The presented digest, from the signature header.
+fn presented(headers: &http::HeaderMap) -> Result<Vec<u8>, Rejection> {
+    parse_signature(signature_header(headers, &SIGNATURE_HEADER)?)
+}
+
 /// The digest in `sha256=<64 hex digits>`.
 fn parse_signature(value: &str) -> Result<Vec<u8>, Rejection> {
     let hex_part = value
@@ -79,8 +88,12 @@ impl Provider for GitHub {
     }
 
     fn verify(&self, delivery: &Delivery<'_>) -> Result<Verdict, Rejection> {
-        let presented = parse_signature(signature_header(delivery.headers, &SIGNATURE_HEADER)?)?;
-        verify_hmac_sha256(&self.secrets, &[delivery.body], &[presented])?;
+        let presented = presented(delivery.headers)?;
+        verify_hmac_sha256(
+            &self.secrets,
+            &[delivery.body],
+            std::slice::from_ref(&presented),
+        )?;
 
         let id = id_from_header(delivery.headers, &DELIVERY_HEADER)?;
         let kind = kind_from_header(delivery.headers, &EVENT_HEADER)?;
@@ -108,7 +121,17 @@ impl Provider for GitHub {
             id: Some(id),
             kind,
             payload,
+            // Neither the id nor the event name is signed: the body alone.
+            replay_key: Some(replay_key(&[], &presented)),
         }))
+    }
+
+    fn check_headers(&self, headers: &http::HeaderMap) -> Result<(), Rejection> {
+        presented(headers).map(drop)
+    }
+
+    fn shortest_secret_bytes(&self) -> Option<usize> {
+        shortest(&self.secrets)
     }
 }
 

@@ -17,6 +17,16 @@
 //!   time, without stopping at the first match;
 //! * a header that the verification reads and that appears more than once is
 //!   rejected ([`Rejection::DuplicateHeader`], 401) rather than picking one;
+//! * the signature header (and whatever else the signature needs from the
+//!   headers) is checked for presence and shape by [`Provider::check_headers`]
+//!   before the body is read, so an unsigned body is never buffered;
+//!   [`Provider::verify`] checks the same again, in the same order, so the two
+//!   always agree;
+//! * where the signature does not cover the event id (GitHub, Shopify, Twilio,
+//!   a generic source with the id in a header), the verdict carries a
+//!   [`VerifiedEvent::replay_key`] derived from the verified signature, which
+//!   the inbox deduplicates on as well, so a captured delivery sent again
+//!   with a new id is a duplicate;
 //! * where the scheme has a timestamp, the signature is checked first and the
 //!   tolerance second, so a stale/future verdict is only ever given for a
 //!   delivery that was genuinely signed (a replay or a skewed clock, not a
@@ -111,6 +121,12 @@ pub struct VerifiedEvent {
     pub kind: String,
     /// The body as JSON (form-encoded bodies become a JSON object of string fields).
     pub payload: serde_json::Value,
+    /// For schemes whose signature does not cover the id: a key derived from
+    /// what the signature does cover (`sig:` + SHA-256 of the verified
+    /// signature), so that the inbox refuses the same signed content under a
+    /// second id. `None` where the id is signed (in the body or the signed
+    /// headers) and replays are bounded by a signed timestamp.
+    pub replay_key: Option<String>,
 }
 
 /// Why a delivery was refused.
@@ -304,8 +320,31 @@ pub enum ConfigError {
 pub trait Provider: Send + Sync + std::fmt::Debug {
     /// Stable short name ("stripe", "github", ...).
     fn name(&self) -> &'static str;
+
     /// Verify one delivery: the verified event or handshake, or why it was refused.
     fn verify(&self, delivery: &Delivery<'_>) -> Result<Verdict, Rejection>;
+
+    /// Check, before the body is read, what [`Provider::verify`] reads from
+    /// the headers ahead of the body: the signature header's presence and
+    /// shape (and, where the scheme signs them, the timestamp and id
+    /// headers), with the same rejection `verify` would give. The default
+    /// checks nothing.
+    fn check_headers(&self, headers: &http::HeaderMap) -> Result<(), Rejection> {
+        let _ = headers;
+        Ok(())
+    }
+
+    /// The length in bytes of the shortest configured secret, for the
+    /// start-up warning about short secrets. The default is `None` (unknown).
+    fn shortest_secret_bytes(&self) -> Option<usize> {
+        None
+    }
+
+    /// Whether the signature covers the URL the provider posted to (Twilio),
+    /// so the receiver must know its public URL. The default is `false`.
+    fn signs_public_url(&self) -> bool {
+        false
+    }
 }
 
 /// A provider chosen at run time (from configuration) is a provider too.
@@ -317,6 +356,18 @@ impl<P: Provider + ?Sized> Provider for Box<P> {
     fn verify(&self, delivery: &Delivery<'_>) -> Result<Verdict, Rejection> {
         (**self).verify(delivery)
     }
+
+    fn check_headers(&self, headers: &http::HeaderMap) -> Result<(), Rejection> {
+        (**self).check_headers(headers)
+    }
+
+    fn shortest_secret_bytes(&self) -> Option<usize> {
+        (**self).shortest_secret_bytes()
+    }
+
+    fn signs_public_url(&self) -> bool {
+        (**self).signs_public_url()
+    }
 }
 
 /// A shared provider is a provider too.
@@ -327,6 +378,18 @@ impl<P: Provider + ?Sized> Provider for std::sync::Arc<P> {
 
     fn verify(&self, delivery: &Delivery<'_>) -> Result<Verdict, Rejection> {
         (**self).verify(delivery)
+    }
+
+    fn check_headers(&self, headers: &http::HeaderMap) -> Result<(), Rejection> {
+        (**self).check_headers(headers)
+    }
+
+    fn shortest_secret_bytes(&self) -> Option<usize> {
+        (**self).shortest_secret_bytes()
+    }
+
+    fn signs_public_url(&self) -> bool {
+        (**self).signs_public_url()
     }
 }
 

@@ -7,7 +7,11 @@
 //!
 //! The event id is the `X-Shopify-Webhook-Id` header, the kind the
 //! `X-Shopify-Topic` header (e.g. `orders/create`); both required. The body
-//! is JSON.
+//! is JSON. Neither header is signed: so the verdict's replay key is derived
+//! from the verified signature and the topic, and the same signed body sent
+//! again under a new webhook id is a duplicate for as long as the event is
+//! kept. (Sent under another topic, it is a new event: Shopify itself sends
+//! one body under several topics.)
 //!
 //! Documentation: <https://shopify.dev/docs/apps/build/webhooks/subscribe/https>
 
@@ -16,7 +20,8 @@ use http::HeaderName;
 
 use super::body::parse_json;
 use super::signature::{
-    id_from_header, kind_from_header, plain_secrets, signature_header, verify_hmac_sha256, Secret,
+    id_from_header, kind_from_header, plain_secrets, replay_key, shortest, signature_header,
+    verify_hmac_sha256, Secret,
 };
 use super::{ConfigError, Delivery, Provider, Rejection, Verdict, VerifiedEvent};
 
@@ -71,17 +76,39 @@ impl Provider for Shopify {
     }
 
     fn verify(&self, delivery: &Delivery<'_>) -> Result<Verdict, Rejection> {
-        let presented = parse_signature(signature_header(delivery.headers, &SIGNATURE_HEADER)?)?;
-        verify_hmac_sha256(&self.secrets, &[delivery.body], &[presented])?;
+        let presented = presented(delivery.headers)?;
+        verify_hmac_sha256(
+            &self.secrets,
+            &[delivery.body],
+            std::slice::from_ref(&presented),
+        )?;
         let id = id_from_header(delivery.headers, &WEBHOOK_ID_HEADER)?;
         let kind = kind_from_header(delivery.headers, &TOPIC_HEADER)?;
         let payload = parse_json(delivery.body)?;
+        // The topic is part of the replay key: Shopify sends byte-identical
+        // bodies under different topics (`orders/create` and `orders/paid` for
+        // an order paid at checkout), and those are different events.
+        let replay_key = replay_key(&[kind.as_bytes()], &presented);
         Ok(Verdict::Event(VerifiedEvent {
             id: Some(id),
             kind,
             payload,
+            replay_key: Some(replay_key),
         }))
     }
+
+    fn check_headers(&self, headers: &http::HeaderMap) -> Result<(), Rejection> {
+        presented(headers).map(drop)
+    }
+
+    fn shortest_secret_bytes(&self) -> Option<usize> {
+        shortest(&self.secrets)
+    }
+}
+
+/// The presented digest, from the signature header.
+fn presented(headers: &http::HeaderMap) -> Result<Vec<u8>, Rejection> {
+    parse_signature(signature_header(headers, &SIGNATURE_HEADER)?)
 }
 
 #[cfg(test)]

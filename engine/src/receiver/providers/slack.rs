@@ -31,7 +31,7 @@ use serde_json::{json, Value};
 
 use super::body::{decode_form, form_to_json, is_form, media_type, parse_json, parse_json_object};
 use super::signature::{
-    check_tolerance, id_from_json, kind_from_json, plain_secrets, signature_header,
+    check_tolerance, id_from_json, kind_from_json, plain_secrets, shortest, signature_header,
     timestamp_header, validate_kind, verify_hmac_sha256, Secret,
 };
 use super::{
@@ -132,6 +132,8 @@ fn json_verdict(body: &[u8]) -> Result<Verdict, Rejection> {
         id,
         kind,
         payload: Value::Object(object),
+        // The id is in the signed body; the signed timestamp bounds replays.
+        replay_key: None,
     }))
 }
 
@@ -168,6 +170,8 @@ fn form_verdict(body: &[u8]) -> Result<Verdict, Rejection> {
         id: None,
         kind,
         payload: Value::Object(form),
+        // The body (hashed into the dedup key) is signed; the timestamp bounds replays.
+        replay_key: None,
     }))
 }
 
@@ -177,8 +181,7 @@ impl Provider for Slack {
     }
 
     fn verify(&self, delivery: &Delivery<'_>) -> Result<Verdict, Rejection> {
-        let presented = parse_signature(signature_header(delivery.headers, &SIGNATURE_HEADER)?)?;
-        let (timestamp_text, timestamp) = timestamp_header(delivery.headers, &TIMESTAMP_HEADER)?;
+        let (presented, timestamp_text, timestamp) = signed_headers(delivery.headers)?;
         verify_hmac_sha256(
             &self.secrets,
             &[
@@ -198,6 +201,21 @@ impl Provider for Slack {
             json_verdict(delivery.body)
         }
     }
+
+    fn check_headers(&self, headers: &http::HeaderMap) -> Result<(), Rejection> {
+        signed_headers(headers).map(drop)
+    }
+
+    fn shortest_secret_bytes(&self) -> Option<usize> {
+        shortest(&self.secrets)
+    }
+}
+
+/// The presented signature, and the signed timestamp as text and seconds.
+fn signed_headers(headers: &http::HeaderMap) -> Result<(Vec<u8>, &str, i64), Rejection> {
+    let presented = parse_signature(signature_header(headers, &SIGNATURE_HEADER)?)?;
+    let (timestamp_text, timestamp) = timestamp_header(headers, &TIMESTAMP_HEADER)?;
+    Ok((presented, timestamp_text, timestamp))
 }
 
 #[cfg(test)]

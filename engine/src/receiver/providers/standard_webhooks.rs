@@ -28,8 +28,8 @@ use serde_json::Value;
 
 use super::body::parse_json_object;
 use super::signature::{
-    check_tolerance, kind_from_json, one_header, signature_header, timestamp_header, validate_id,
-    verify_hmac_sha256, Secret,
+    check_tolerance, kind_from_json, one_header, shortest, signature_header, timestamp_header,
+    validate_id, verify_hmac_sha256, Secret,
 };
 use super::{
     ConfigError, Delivery, Provider, Rejection, Verdict, VerifiedEvent, DEFAULT_TOLERANCE,
@@ -163,21 +163,12 @@ impl Provider for StandardWebhooks {
     }
 
     fn verify(&self, delivery: &Delivery<'_>) -> Result<Verdict, Rejection> {
-        let names = header_set(delivery.headers);
-        let id_text = one_header(delivery.headers, &names.id)?
-            .ok_or_else(|| Rejection::MissingId {
-                location: format!("header `{}`", names.id.as_str()),
-            })?
-            .to_str()
-            .map_err(|_| Rejection::InvalidId {
-                reason: "header is not visible ASCII",
-            })?;
-        let (timestamp_text, timestamp) = timestamp_header(delivery.headers, &names.timestamp)?;
-        let presented = parse_signatures(
-            signature_header(delivery.headers, &names.signature)?,
-            &names.signature,
-        )?;
-
+        let SignedHeaders {
+            id_text,
+            timestamp_text,
+            timestamp,
+            presented,
+        } = signed_headers(delivery.headers)?;
         verify_hmac_sha256(
             &self.secrets,
             &[
@@ -198,8 +189,50 @@ impl Provider for StandardWebhooks {
             id: Some(id),
             kind,
             payload: Value::Object(object),
+            // The id is signed; the signed timestamp bounds replays.
+            replay_key: None,
         }))
     }
+
+    fn check_headers(&self, headers: &HeaderMap) -> Result<(), Rejection> {
+        signed_headers(headers).map(drop)
+    }
+
+    fn shortest_secret_bytes(&self) -> Option<usize> {
+        shortest(&self.secrets)
+    }
+}
+
+/// What the signature needs from the headers, read in the order the
+/// rejections are given: the id, the timestamp, the signatures.
+struct SignedHeaders<'h> {
+    id_text: &'h str,
+    timestamp_text: &'h str,
+    timestamp: i64,
+    presented: Vec<Vec<u8>>,
+}
+
+fn signed_headers(headers: &HeaderMap) -> Result<SignedHeaders<'_>, Rejection> {
+    let names = header_set(headers);
+    let id_text = one_header(headers, &names.id)?
+        .ok_or_else(|| Rejection::MissingId {
+            location: format!("header `{}`", names.id.as_str()),
+        })?
+        .to_str()
+        .map_err(|_| Rejection::InvalidId {
+            reason: "header is not visible ASCII",
+        })?;
+    let (timestamp_text, timestamp) = timestamp_header(headers, &names.timestamp)?;
+    let presented = parse_signatures(
+        signature_header(headers, &names.signature)?,
+        &names.signature,
+    )?;
+    Ok(SignedHeaders {
+        id_text,
+        timestamp_text,
+        timestamp,
+        presented,
+    })
 }
 
 #[cfg(test)]

@@ -18,7 +18,7 @@ use serde_json::Value;
 
 use super::body::parse_json_object;
 use super::signature::{
-    check_tolerance, id_from_json, kind_from_json, parse_unix_seconds, plain_secrets,
+    check_tolerance, id_from_json, kind_from_json, parse_unix_seconds, plain_secrets, shortest,
     signature_header, verify_hmac_sha256, Secret,
 };
 use super::{
@@ -138,8 +138,7 @@ impl Provider for Stripe {
     }
 
     fn verify(&self, delivery: &Delivery<'_>) -> Result<Verdict, Rejection> {
-        let header = signature_header(delivery.headers, &SIGNATURE_HEADER)?;
-        let parsed = parse_header(header)?;
+        let parsed = parse_header(signature_header(delivery.headers, &SIGNATURE_HEADER)?)?;
         verify_hmac_sha256(
             &self.secrets,
             &[parsed.timestamp_text.as_bytes(), b".", delivery.body],
@@ -154,7 +153,17 @@ impl Provider for Stripe {
             id: Some(id),
             kind,
             payload: Value::Object(object),
+            // The id is in the signed body; the signed timestamp bounds replays.
+            replay_key: None,
         }))
+    }
+
+    fn check_headers(&self, headers: &http::HeaderMap) -> Result<(), Rejection> {
+        parse_header(signature_header(headers, &SIGNATURE_HEADER)?).map(drop)
+    }
+
+    fn shortest_secret_bytes(&self) -> Option<usize> {
+        shortest(&self.secrets)
     }
 }
 

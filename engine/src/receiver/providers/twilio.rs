@@ -5,17 +5,20 @@
 //! accepted (Twilio's primary and secondary auth token during rotation).
 //!
 //! * Form posts (`application/x-www-form-urlencoded`, and any Content-Type
-//!   other than JSON): the signed data is the public URL followed, for each
-//!   POST parameter sorted by name (then by value, for a name given more than
-//!   once), by the name and the value concatenated. The parameters are
-//!   decoded leniently for this (invalid UTF-8 becomes U+FFFD, as Twilio's
-//!   helper libraries and web frameworks see them); after the signature
-//!   verifies, a body that is not strictly UTF-8 is refused with 400.
-//! * JSON bodies (`application/json`): Twilio appends `bodySHA256=<hex
-//!   SHA-256 of the body>` to the URL's query string and signs the URL alone.
-//!   If the configured public URL already carries `bodySHA256` (the receiver
-//!   passed the request's own query string), that value must match the body
-//!   (401 `bad_body_hash` otherwise); if it does not, the parameter is
+//!   other than JSON) whose URL has no `bodySHA256`: the signed data is the
+//!   public URL followed, for each POST parameter sorted by name (then by
+//!   value, for a name given more than once), by the name and the value
+//!   concatenated. The parameters are decoded leniently for this (invalid
+//!   UTF-8 becomes U+FFFD, as Twilio's helper libraries and web frameworks
+//!   see them); after the signature verifies, a body that is not strictly
+//!   UTF-8 is refused with 400.
+//! * JSON bodies (`application/json`), and any request whose URL carries
+//!   `bodySHA256`: Twilio appends `bodySHA256=<hex SHA-256 of the body>` to
+//!   the URL's query string and signs the URL alone. If the public URL
+//!   carries `bodySHA256` (the receiver passes the request's own query
+//!   string), that value must match the body (401 `bad_body_hash`
+//!   otherwise), whatever the Content-Type — as Twilio's own validators do,
+//!   so the parameter is never ignored; if it does not, the parameter is
 //!   appended, computed from the body, exactly as Twilio does, so the
 //!   signature then covers the body.
 //!
@@ -24,7 +27,15 @@
 //! "signature generation on the back end is inconsistent". We do the same:
 //! the URL as configured, plus the URL with its port removed (any port) when
 //! it has one, or with the scheme's default port (`:443` for https, `:80` for
-//! http) added when it has none.
+//! http) added when it has none. URLs are parsed with the `url` crate; the
+//! variants are its (WHATWG-normalised) serialisations.
+//!
+//! Replays: Twilio signs no timestamp, and the `I-Twilio-Idempotency-Token`
+//! header is not signed, so the verdict's replay key is derived from the
+//! verified signature (which covers the URL and every parameter, or the URL
+//! and the body hash): the same signed request sent again with a new token is
+//! a duplicate for as long as the event is kept. The receiver warns at
+//! start-up when no public URL is configured ([`Provider::signs_public_url`]).
 //!
 //! Id: the `I-Twilio-Idempotency-Token` header when present (validated), else
 //! `None`. Twilio sends no event type, so the kind is derived from the
@@ -39,10 +50,12 @@ use base64::Engine as _;
 use http::HeaderName;
 use serde_json::Value;
 use sha2::{Digest as _, Sha256};
+use url::{Position, Url};
 
 use super::body::{decode_form, decode_form_lossy, form_to_json, is_json, media_type, parse_json};
 use super::signature::{
-    any_match, ct_eq, hmac_sha1, optional_id_header, plain_secrets, signature_header, Secret,
+    any_match, ct_eq, hmac_sha1, optional_id_header, plain_secrets, replay_key, shortest,
+    signature_header, Secret,
 };
 use super::{ConfigError, Delivery, Provider, Rejection, Verdict, VerifiedEvent};
 
@@ -76,6 +89,11 @@ impl Twilio {
     }
 }
 
+/// The presented digest, from the signature header.
+fn presented(headers: &http::HeaderMap) -> Result<Vec<u8>, Rejection> {
+    parse_signature(signature_header(headers, &SIGNATURE_HEADER)?)
+}
+
 /// The digest in a base64 header value.
 fn parse_signature(value: &str) -> Result<Vec<u8>, Rejection> {
     let malformed = |reason| Rejection::MalformedSignature {
@@ -91,107 +109,67 @@ fn parse_signature(value: &str) -> Result<Vec<u8>, Rejection> {
     Ok(sig)
 }
 
-/// An absolute URL cut into the pieces the port variants need.
-#[derive(Debug, PartialEq)]
-struct UrlParts<'a> {
-    scheme: &'a str,
-    /// `user[:password]@`, including the `@`, or empty.
-    userinfo: &'a str,
-    host: &'a str,
-    port: Option<&'a str>,
-    /// Path, query and fragment.
-    rest: &'a str,
-}
-
-/// Cut `scheme://[userinfo@]host[:port][/path][?query][#fragment]`; `None`
-/// when the text does not look like that.
-fn split_url(url: &str) -> Option<UrlParts<'_>> {
-    let (scheme, after) = url.split_once("://")?;
-    let end = after.find(['/', '?', '#']).unwrap_or(after.len());
-    let (authority, rest) = after.split_at_checked(end)?;
-    let (userinfo, hostport) = match authority.rfind('@') {
-        Some(at) => authority.split_at_checked(at.checked_add(1)?)?,
-        None => ("", authority),
-    };
-    let (host, port) = if hostport.starts_with('[') {
-        let close = hostport.find(']')?;
-        let (host, after_host) = hostport.split_at_checked(close.checked_add(1)?)?;
-        match after_host.strip_prefix(':') {
-            Some(port) => (host, Some(port)),
-            None if after_host.is_empty() => (host, None),
-            None => return None,
-        }
-    } else {
-        match hostport.rsplit_once(':') {
-            Some((host, port)) => (host, Some(port)),
-            None => (hostport, None),
-        }
-    };
-    if host.is_empty()
-        || port.is_some_and(|p| p.is_empty() || !p.bytes().all(|b| b.is_ascii_digit()))
-    {
-        return None;
-    }
-    Some(UrlParts {
-        scheme,
-        userinfo,
-        host,
-        port,
-        rest,
-    })
-}
-
 /// The URLs a signature may have been computed over: the URL as given, and
-/// the same without its port, or with the scheme's default port added.
+/// the same without its port, or with the scheme's default port added (and
+/// the `url` crate's normal form of it, which drops a default port).
 fn url_variants(url: &str) -> Vec<String> {
     let mut out = vec![url.to_owned()];
-    if let Some(p) = split_url(url) {
-        let rebuild = |port: Option<&str>| match port {
-            Some(port) => format!("{}://{}{}:{}{}", p.scheme, p.userinfo, p.host, port, p.rest),
-            None => format!("{}://{}{}{}", p.scheme, p.userinfo, p.host, p.rest),
-        };
-        let other = match p.port {
-            Some(_) => Some(rebuild(None)),
-            None if p.scheme.eq_ignore_ascii_case("https") => Some(rebuild(Some("443"))),
-            None if p.scheme.eq_ignore_ascii_case("http") => Some(rebuild(Some("80"))),
-            None => None,
-        };
-        if let Some(other) = other {
-            if other != url {
-                out.push(other);
-            }
+    let Ok(parsed) = Url::parse(url) else {
+        return out;
+    };
+    let default_port = match parsed.scheme() {
+        "https" => 443,
+        "http" => 80,
+        _ => return out,
+    };
+    let mut without_port = parsed.clone();
+    // Cannot fail for http(s) URLs, which always have a host.
+    let _ = without_port.set_port(None);
+    let mut candidates = vec![String::from(without_port)];
+    if parsed.port().is_none() {
+        // `url` drops a default port, so it is put back by hand around the host.
+        candidates.push(format!(
+            "{}:{default_port}{}",
+            &parsed[..Position::AfterHost],
+            &parsed[Position::AfterPort..]
+        ));
+    }
+    for candidate in candidates {
+        if !out.contains(&candidate) {
+            out.push(candidate);
         }
     }
     out
 }
 
-/// The single raw value of query parameter `name` in `url`: `Ok(None)` when
-/// absent, `Err(())` when present more than once.
-fn query_param<'a>(url: &'a str, name: &str) -> Result<Option<&'a str>, ()> {
-    let Some((_, query)) = url.split_once('?') else {
+/// The decoded value of the `bodySHA256` query parameter of `url`:
+/// `Ok(None)` when absent (or the URL does not parse), `Err(())` when
+/// present more than once.
+fn body_hash_param(url: &str) -> Result<Option<String>, ()> {
+    let Ok(parsed) = Url::parse(url) else {
         return Ok(None);
     };
-    let query = query.split('#').next().unwrap_or_default();
-    let mut found = None;
-    for pair in query.split('&') {
-        let (n, v) = pair.split_once('=').unwrap_or((pair, ""));
-        if n == name && found.replace(v).is_some() {
-            return Err(());
-        }
+    let mut values = parsed
+        .query_pairs()
+        .filter(|(name, _)| name == BODY_HASH_PARAM)
+        .map(|(_, value)| value.into_owned());
+    match (values.next(), values.next()) {
+        (None, _) => Ok(None),
+        (Some(value), None) => Ok(Some(value)),
+        (Some(_), Some(_)) => Err(()),
     }
-    Ok(found)
 }
 
-/// `url` with `bodySHA256=<hash>` appended to its query string.
+/// `url` with `bodySHA256=<hash>` appended to its query string (as is, when
+/// it does not parse: the signature then fails).
 fn with_body_hash(url: &str, hash: &str) -> String {
-    let separator = if url.ends_with(['?', '&']) {
-        ""
-    } else if url.contains('?') {
-        "&"
-    } else {
-        "?"
-    };
-    format!("{url}{separator}{BODY_HASH_PARAM}={hash}")
+    match Url::parse(url) {
+        Ok(mut parsed) => {
+            parsed.query_pairs_mut().append_pair(BODY_HASH_PARAM, hash);
+            parsed.into()
+        }
+        Err(_) => url.to_owned(),
+    }
 }
 
 /// The kind, derived from the parameters (see the module documentation).
@@ -214,6 +192,57 @@ impl Twilio {
             .flat_map(|s| data.clone().filter_map(|d| hmac_sha1(s.bytes(), &[d])))
             .collect()
     }
+
+    /// The signature over the URL alone, which carries the body's hash.
+    fn verify_url_with_body_hash(
+        &self,
+        delivery: &Delivery<'_>,
+        presented: &[u8],
+        claimed_hash: Option<String>,
+    ) -> Result<(), Rejection> {
+        let body_hash = hex::encode(Sha256::digest(delivery.body));
+        let signed_url = match claimed_hash {
+            Some(_) => delivery.public_url.to_owned(),
+            None => with_body_hash(delivery.public_url, &body_hash),
+        };
+        let variants = url_variants(&signed_url);
+        let expected = self.macs(variants.iter().map(|v| v.as_bytes()));
+        if !any_match(&expected, &[presented.to_vec()]) {
+            return Err(Rejection::BadSignature);
+        }
+        if let Some(claimed) = claimed_hash {
+            let claimed = claimed.to_ascii_lowercase();
+            if !bool::from(ct_eq(claimed.as_bytes(), body_hash.as_bytes())) {
+                return Err(Rejection::BadBodyHash);
+            }
+        }
+        Ok(())
+    }
+
+    /// The signature over the URL and the sorted form parameters.
+    fn verify_url_and_parameters(
+        &self,
+        delivery: &Delivery<'_>,
+        presented: &[u8],
+    ) -> Result<(), Rejection> {
+        let mut params = decode_form_lossy(delivery.body);
+        params.sort();
+        let mut concatenated = String::new();
+        for (name, value) in &params {
+            concatenated.push_str(name);
+            concatenated.push_str(value);
+        }
+        let data: Vec<String> = url_variants(delivery.public_url)
+            .into_iter()
+            .map(|url| url + &concatenated)
+            .collect();
+        let expected = self.macs(data.iter().map(|d| d.as_bytes()));
+        if any_match(&expected, &[presented.to_vec()]) {
+            Ok(())
+        } else {
+            Err(Rejection::BadSignature)
+        }
+    }
 }
 
 impl Provider for Twilio {
@@ -222,45 +251,18 @@ impl Provider for Twilio {
     }
 
     fn verify(&self, delivery: &Delivery<'_>) -> Result<Verdict, Rejection> {
-        let presented = parse_signature(signature_header(delivery.headers, &SIGNATURE_HEADER)?)?;
+        let presented = presented(delivery.headers)?;
         let json_body = is_json(media_type(delivery.headers)?.as_deref());
-
+        let claimed_hash =
+            body_hash_param(delivery.public_url).map_err(|()| Rejection::BadBodyHash)?;
+        if json_body || claimed_hash.is_some() {
+            self.verify_url_with_body_hash(delivery, &presented, claimed_hash)?;
+        } else {
+            self.verify_url_and_parameters(delivery, &presented)?;
+        }
         let payload = if json_body {
-            let body_hash = hex::encode(Sha256::digest(delivery.body));
-            let (signed_url, claimed_hash) = match query_param(delivery.public_url, BODY_HASH_PARAM)
-            {
-                Err(()) => return Err(Rejection::BadBodyHash),
-                Ok(Some(claimed)) => (delivery.public_url.to_owned(), Some(claimed)),
-                Ok(None) => (with_body_hash(delivery.public_url, &body_hash), None),
-            };
-            let variants = url_variants(&signed_url);
-            let expected = self.macs(variants.iter().map(|v| v.as_bytes()));
-            if !any_match(&expected, &[presented]) {
-                return Err(Rejection::BadSignature);
-            }
-            if let Some(claimed) = claimed_hash {
-                let claimed = claimed.to_ascii_lowercase();
-                if !bool::from(ct_eq(claimed.as_bytes(), body_hash.as_bytes())) {
-                    return Err(Rejection::BadBodyHash);
-                }
-            }
             parse_json(delivery.body)?
         } else {
-            let mut params = decode_form_lossy(delivery.body);
-            params.sort();
-            let mut concatenated = String::new();
-            for (name, value) in &params {
-                concatenated.push_str(name);
-                concatenated.push_str(value);
-            }
-            let data: Vec<String> = url_variants(delivery.public_url)
-                .into_iter()
-                .map(|url| url + &concatenated)
-                .collect();
-            let expected = self.macs(data.iter().map(|d| d.as_bytes()));
-            if !any_match(&expected, &[presented]) {
-                return Err(Rejection::BadSignature);
-            }
             Value::Object(form_to_json(decode_form(delivery.body)?))
         };
 
@@ -269,7 +271,22 @@ impl Provider for Twilio {
             id,
             kind: kind_of(&payload).to_owned(),
             payload,
+            // The idempotency token is not signed; the signature covers the
+            // URL and the parameters (or the body's hash).
+            replay_key: Some(replay_key(&[], &presented)),
         }))
+    }
+
+    fn check_headers(&self, headers: &http::HeaderMap) -> Result<(), Rejection> {
+        presented(headers).map(drop)
+    }
+
+    fn shortest_secret_bytes(&self) -> Option<usize> {
+        shortest(&self.secrets)
+    }
+
+    fn signs_public_url(&self) -> bool {
+        true
     }
 }
 
@@ -544,6 +561,100 @@ mod tests {
         assert_rejected(go(&provider(), &h, body, URL), "malformed_body", 400);
     }
 
+    /// A form post whose URL carries `bodySHA256` is checked as Twilio's
+    /// validators check it: the signature over the URL alone, and the hash
+    /// against the body. The parameter is never ignored.
+    #[test]
+    fn body_hash_in_the_url_of_a_form_post_is_checked() {
+        let body = form_body(&PARAMS);
+        let hash = hex::encode(Sha256::digest(body.as_bytes()));
+        let url = format!("{URL}&bodySHA256={hash}");
+        let over_url = b64(&hmac1(TOKEN.as_bytes(), url.as_bytes()));
+        // Signed over the URL (with the right hash): accepted, parsed as a form.
+        let e = event(post(&over_url, body.as_bytes(), &url));
+        assert_eq!(e.kind, "call");
+        assert_eq!(e.payload["Digits"], json!("1234"));
+        // The same URL and signature with another body: the hash says no.
+        let other = form_body(&[("CallSid", "CA0"), ("Digits", "0000")]);
+        assert_rejected(
+            post(&over_url, other.as_bytes(), &url),
+            "bad_body_hash",
+            401,
+        );
+        // A wrong hash in the URL, even under a signature over URL and
+        // parameters (the form scheme), is refused: it is not ignored.
+        let wrong = format!("{URL}&bodySHA256={}", "0".repeat(64));
+        let as_form = sign_form(TOKEN, &wrong, &PARAMS);
+        assert_rejected(
+            post(&as_form, body.as_bytes(), &wrong),
+            "bad_signature",
+            401,
+        );
+        let over_wrong = b64(&hmac1(TOKEN.as_bytes(), wrong.as_bytes()));
+        assert_rejected(
+            post(&over_wrong, body.as_bytes(), &wrong),
+            "bad_body_hash",
+            401,
+        );
+    }
+
+    /// The replay key comes from the signature alone: a new idempotency
+    /// token does not change it; another signed request does.
+    #[test]
+    fn the_replay_key_ignores_the_unsigned_token() {
+        let body = form_body(&PARAMS);
+        let sig = sign_form(TOKEN, URL, &PARAMS);
+        let with_token = |token: &str| {
+            event(go(
+                &provider(),
+                &[
+                    ("X-Twilio-Signature", &sig),
+                    ("Content-Type", FORM),
+                    ("I-Twilio-Idempotency-Token", token),
+                ],
+                body.as_bytes(),
+                URL,
+            ))
+        };
+        let first = with_token("token-1");
+        let replayed = with_token("token-2");
+        assert_ne!(first.id, replayed.id);
+        assert!(first.replay_key.is_some());
+        assert_eq!(first.replay_key, replayed.replay_key);
+        // Parameters reordered in the body: the same signed content, the same key.
+        let reordered = form_body(&[PARAMS[4], PARAMS[3], PARAMS[2], PARAMS[1], PARAMS[0]]);
+        let e = event(post(&sig, reordered.as_bytes(), URL));
+        assert_eq!(e.replay_key, first.replay_key);
+        let other = [("CallSid", "CA2"), ("From", "+1")];
+        let e = event(post(
+            &sign_form(TOKEN, URL, &other),
+            form_body(&other).as_bytes(),
+            URL,
+        ));
+        assert_ne!(e.replay_key, first.replay_key);
+    }
+
+    #[test]
+    fn headers_are_checked_before_the_body() {
+        let p = provider();
+        assert_eq!(
+            p.check_headers(&headers(&[])).unwrap_err().code(),
+            "missing_signature"
+        );
+        assert_eq!(
+            p.check_headers(&headers(&[("X-Twilio-Signature", "nope!")]))
+                .unwrap_err()
+                .code(),
+            "malformed_signature"
+        );
+        let sig = sign_form(TOKEN, URL, &PARAMS);
+        assert!(p
+            .check_headers(&headers(&[("X-Twilio-Signature", &sig)]))
+            .is_ok());
+        assert!(p.signs_public_url());
+        assert_eq!(p.shortest_secret_bytes(), Some(TOKEN.len()));
+    }
+
     #[test]
     fn url_handling() {
         assert_eq!(
@@ -561,7 +672,15 @@ mod tests {
             url_variants("https://[::1]:9/x"),
             ["https://[::1]:9/x", "https://[::1]/x"]
         );
-        assert_eq!(url_variants("HTTP://h?x"), ["HTTP://h?x", "HTTP://h:80?x"]);
+        // As given, then the `url` crate's normal form, with and without the port.
+        assert_eq!(
+            url_variants("HTTP://h?x"),
+            ["HTTP://h?x", "http://h/?x", "http://h:80/?x"]
+        );
+        assert_eq!(
+            url_variants("https://h:443/x"),
+            ["https://h:443/x", "https://h/x"]
+        );
         assert_eq!(url_variants("ftp://h/x"), ["ftp://h/x"]);
         assert_eq!(url_variants("not a url"), ["not a url"]);
         assert_eq!(url_variants("https://h:abc/"), ["https://h:abc/"]);
@@ -574,10 +693,15 @@ mod tests {
             "https://h/x?a=1&bodySHA256=ab"
         );
         assert_eq!(
-            query_param("https://h/?a=1&bodySHA256=x#y", "bodySHA256"),
-            Ok(Some("x"))
+            body_hash_param("https://h/?a=1&bodySHA256=x#y"),
+            Ok(Some("x".to_owned()))
         );
-        assert_eq!(query_param("https://h/?a=1", "bodySHA256"), Ok(None));
+        assert_eq!(body_hash_param("https://h/?a=1"), Ok(None));
+        assert_eq!(
+            body_hash_param("https://h/?bodySHA256=a&bodySHA256=b"),
+            Err(())
+        );
+        assert_eq!(body_hash_param("not a url"), Ok(None));
     }
 
     proptest! {
@@ -591,7 +715,7 @@ mod tests {
         ) {
             let _ = url_variants(&url);
             let _ = url_variants(&url2);
-            let _ = query_param(&url, BODY_HASH_PARAM);
+            let _ = body_hash_param(&url);
             let _ = parse_signature(&String::from_utf8_lossy(&sig_bytes));
             if let Some(v) = header_value(&sig_bytes) {
                 let mut h = http::HeaderMap::new();

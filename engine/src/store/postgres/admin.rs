@@ -1,5 +1,5 @@
-//! The operator side of the PostgreSQL store (see `store::admin`). Each action
-//! is one transaction: lock the event, check it against `admin::rules`, run the
+//! The operator side of the PostgreSQL store (see `store::admin`). A
+//! transition is one transaction: lock the event, ask the decision, run the
 //! state-filtered `UPDATE` that bumps the fencing token, change the step rows,
 //! write the audit row, and (for a re-queue) `NOTIFY` idle workers.
 
@@ -11,31 +11,27 @@ use sqlx::{PgConnection, Row};
 
 use super::{admin_sql as sql, record_from_row, sql as engine_sql, PostgresStore};
 use crate::event::EventState;
-use crate::store::admin::rules::{self, Before};
 use crate::store::admin::{
-    Actor, Admin, AdminError, AuditEntry, EventFilter, RetryRequest, StatusReport,
+    Admin, AuditEntry, AuditNote, Decide, Decision, EventFilter, EventSnapshot, StatusReport,
+    TransitionError,
 };
 use crate::store::Store;
 use crate::store::{decode, EventRecord, StoreError};
 
-/// The audit row of one action.
-struct Audit<'a> {
-    action: &'a str,
-    step: Option<&'a str>,
-    detail: String,
-}
-
 impl PostgresStore {
-    /// Lock event `event_seq` for an action and read what the rules need.
-    async fn lock_event(conn: &mut PgConnection, event_seq: i64) -> Result<Before, AdminError> {
+    /// Lock event `event_seq` for a transition and read what its decision needs.
+    async fn lock_event(
+        conn: &mut PgConnection,
+        event_seq: i64,
+    ) -> Result<EventSnapshot, TransitionError> {
         let row = sqlx::query(sql::ADMIN_EVENT_LOCK)
             .bind(event_seq)
             .fetch_optional(conn)
             .await?
-            .ok_or_else(|| AdminError::NotFound(event_seq.to_string()))?;
+            .ok_or(TransitionError::NotFound { event_seq })?;
         let state: String = row.try_get("state")?;
         let plan: String = row.try_get("plan")?;
-        Ok(Before {
+        Ok(EventSnapshot {
             seq: event_seq,
             state: decode::state(&state, "event state")?,
             next_step: row.try_get("next_step")?,
@@ -46,81 +42,97 @@ impl PostgresStore {
             lease_owner: row.try_get("lease_owner")?,
             last_error: row.try_get("last_error")?,
             finished_at: row.try_get("finished_at")?,
-            steps: crate::plan::step_names(&plan)
-                .map_err(|e| StoreError::Corrupt(format!("stored plan: {e}")))?,
+            steps: decode::step_names(&plan)?,
         })
+    }
+
+    /// Apply `decision` to the event `found` (locked by this transaction).
+    async fn apply(
+        conn: &mut PgConnection,
+        found: &EventSnapshot,
+        decision: &Decision,
+    ) -> Result<EventRecord, TransitionError> {
+        match decision {
+            Decision::Requeue {
+                resume_at,
+                rerun_done,
+                take_over_expired,
+            } => {
+                let record = changed(
+                    sqlx::query(sql::EVENT_RETRY)
+                        .bind(found.seq)
+                        .bind(*resume_at)
+                        .bind(*rerun_done)
+                        .bind(*take_over_expired)
+                        .fetch_optional(&mut *conn)
+                        .await?,
+                    found,
+                )?;
+                sqlx::query(sql::STEPS_FORGET_FROM)
+                    .bind(found.seq)
+                    .bind(*resume_at)
+                    .execute(&mut *conn)
+                    .await?;
+                Ok(record)
+            }
+            Decision::Cancel => changed(
+                sqlx::query(sql::EVENT_CANCEL)
+                    .bind(found.seq)
+                    .fetch_optional(&mut *conn)
+                    .await?,
+                found,
+            ),
+            Decision::SettleStep {
+                position,
+                as_state,
+                output,
+                last_error,
+            } => {
+                let name = found
+                    .step_name(*position)
+                    .ok_or(TransitionError::NotInPlan {
+                        event_seq: found.seq,
+                        position: *position,
+                    })?;
+                let record = changed(
+                    sqlx::query(sql::EVENT_SETTLE_STEP)
+                        .bind(found.seq)
+                        .bind(*position)
+                        .fetch_optional(&mut *conn)
+                        .await?,
+                    found,
+                )?;
+                sqlx::query(sql::STEP_UPSERT_BY_HAND)
+                    .bind(found.seq)
+                    .bind(*position)
+                    .bind(name)
+                    .bind(as_state.step_state().as_str())
+                    .bind(found.attempt)
+                    .bind(record.lease_token)
+                    .bind(output.to_string())
+                    .bind(last_error.as_deref())
+                    .execute(&mut *conn)
+                    .await?;
+                Ok(record)
+            }
+        }
     }
 
     async fn audit(
         conn: &mut PgConnection,
         event_seq: i64,
-        actor: &Actor<'_>,
-        audit: Audit<'_>,
-    ) -> Result<(), AdminError> {
+        audit: &AuditNote,
+    ) -> Result<(), StoreError> {
         sqlx::query(sql::AUDIT_INSERT)
             .bind(event_seq)
-            .bind(actor.who)
-            .bind(audit.action)
-            .bind(audit.step)
-            .bind(actor.reason)
-            .bind(audit.detail)
+            .bind(&audit.actor)
+            .bind(&audit.action)
+            .bind(audit.step.as_deref())
+            .bind(audit.reason.as_deref())
+            .bind(&audit.detail)
             .execute(conn)
             .await?;
         Ok(())
-    }
-
-    /// Skip or mark done by hand: the two differ only in the step row.
-    async fn settle_step(
-        &self,
-        event_seq: i64,
-        step: &str,
-        actor: Actor<'_>,
-        done: bool,
-    ) -> Result<EventRecord, AdminError> {
-        let (action, verb, state, key) = if done {
-            ("mark_done", "marked done by hand", "done", "marked_done_by")
-        } else {
-            ("skip", "skipped", "skipped", "skipped_by")
-        };
-        let reason = rules::required_reason(&actor, action)?;
-        let mut tx = self.pool.begin().await?;
-        let before = Self::lock_event(&mut tx, event_seq).await?;
-        let position = before.position_of(step)?;
-        rules::settle_step(&before, position, verb)?;
-        let record = refused_unless(
-            sqlx::query(sql::EVENT_SETTLE_STEP)
-                .bind(event_seq)
-                .bind(position)
-                .fetch_optional(&mut *tx)
-                .await?,
-            &before,
-        )?;
-        sqlx::query(sql::STEP_UPSERT_BY_HAND)
-            .bind(event_seq)
-            .bind(position)
-            .bind(step)
-            .bind(state)
-            .bind(before.attempt)
-            .bind(record.lease_token)
-            .bind(rules::by_hand_output(key, actor.who, reason))
-            .bind(if done {
-                None
-            } else {
-                before.last_error.as_deref()
-            })
-            .execute(&mut *tx)
-            .await?;
-        let audit = Audit {
-            action,
-            step: Some(step),
-            detail: rules::settle_detail(&before, verb),
-        };
-        Self::audit(&mut tx, event_seq, &actor, audit).await?;
-        if record.state == EventState::Pending {
-            self.notify(&mut tx).await?;
-        }
-        tx.commit().await?;
-        Ok(record)
     }
 
     async fn notify(&self, conn: &mut PgConnection) -> Result<(), StoreError> {
@@ -132,16 +144,15 @@ impl PostgresStore {
     }
 }
 
-/// The row an action's `UPDATE` returned, or a refusal when it changed none
-/// (the rules allowed it, yet the database did not: say what it found).
-fn refused_unless(row: Option<PgRow>, before: &Before) -> Result<EventRecord, AdminError> {
+/// The row a transition's `UPDATE` returned; none means it changed nothing,
+/// which is an error, never ignored.
+fn changed(row: Option<PgRow>, found: &EventSnapshot) -> Result<EventRecord, TransitionError> {
     match row {
         Some(row) => Ok(record_from_row(&row)?),
-        None => Err(AdminError::Refused(format!(
-            "event {} changed while the action ran (it was {}); look again with \
-             `tickmark events show {}`",
-            before.seq, before.state, before.seq
-        ))),
+        None => Err(TransitionError::Unchanged {
+            event_seq: found.seq,
+            was: found.state,
+        }),
     }
 }
 
@@ -168,7 +179,7 @@ impl Admin for PostgresStore {
         let counts: Vec<(String, String, i64)> = sqlx::query_as(sql::STATUS_COUNTS)
             .fetch_all(&self.pool)
             .await?;
-        let counts = rules::sorted_counts(counts)?;
+        let counts = decode::sorted_counts(counts)?;
         let age: Option<f64> = sqlx::query_scalar(engine_sql::EVENT_OLDEST_PENDING_AGE)
             .fetch_one(&self.pool)
             .await?;
@@ -183,7 +194,7 @@ impl Admin for PostgresStore {
             counts,
             oldest_pending_age: age.map(|s| Duration::from_secs_f64(s.max(0.0))),
             stuck,
-            done_per_minute: rules::per_minute(minutes, buckets),
+            done_per_minute: decode::per_minute(minutes, buckets),
         })
     }
 
@@ -204,7 +215,7 @@ impl Admin for PostgresStore {
         id: &str,
         source: Option<&str>,
     ) -> Result<Vec<EventRecord>, StoreError> {
-        if let Some(seq) = rules::row_number(id) {
+        if let Some(seq) = decode::row_number(id) {
             if let Some(record) = self.event_get(seq).await? {
                 if source.is_none_or(|source| source == record.event.source) {
                     return Ok(vec![record]);
@@ -238,82 +249,21 @@ impl Admin for PostgresStore {
             .transpose()
     }
 
-    async fn event_retry(&self, request: &RetryRequest<'_>) -> Result<EventRecord, AdminError> {
+    async fn event_transition(
+        &self,
+        event_seq: i64,
+        decide: &Decide<'_>,
+    ) -> Result<EventRecord, TransitionError> {
         let mut tx = self.pool.begin().await?;
-        let before = Self::lock_event(&mut tx, request.event_seq).await?;
-        let from = request
-            .from_step
-            .map(|step| before.position_of(step))
-            .transpose()?;
-        let resume_at = rules::retry(&before, from, request.force)?;
-        let record = refused_unless(
-            sqlx::query(sql::EVENT_RETRY)
-                .bind(request.event_seq)
-                .bind(resume_at)
-                .bind(from.is_some())
-                .bind(request.force)
-                .fetch_optional(&mut *tx)
-                .await?,
-            &before,
-        )?;
-        sqlx::query(sql::STEPS_FORGET_FROM)
-            .bind(request.event_seq)
-            .bind(resume_at)
-            .execute(&mut *tx)
-            .await?;
-        let audit = Audit {
-            action: "retry",
-            step: Some(before.step_at(resume_at)),
-            detail: rules::retry_detail(&before, resume_at, from.is_some()),
-        };
-        Self::audit(&mut tx, request.event_seq, &request.actor, audit).await?;
-        self.notify(&mut tx).await?;
+        let found = Self::lock_event(&mut tx, event_seq).await?;
+        let verdict = decide(&found).map_err(TransitionError::Declined)?;
+        let record = Self::apply(&mut tx, &found, &verdict.decision).await?;
+        Self::audit(&mut tx, event_seq, &verdict.audit).await?;
+        if record.state == EventState::Pending {
+            self.notify(&mut tx).await?;
+        }
         tx.commit().await?;
         Ok(record)
-    }
-
-    async fn event_cancel(
-        &self,
-        event_seq: i64,
-        actor: Actor<'_>,
-    ) -> Result<EventRecord, AdminError> {
-        let mut tx = self.pool.begin().await?;
-        let before = Self::lock_event(&mut tx, event_seq).await?;
-        rules::cancel(&before)?;
-        let record = refused_unless(
-            sqlx::query(sql::EVENT_CANCEL)
-                .bind(event_seq)
-                .fetch_optional(&mut *tx)
-                .await?,
-            &before,
-        )?;
-        let step = (before.next_step < before.step_count).then(|| before.step_at(before.next_step));
-        let audit = Audit {
-            action: "cancel",
-            step,
-            detail: rules::cancel_detail(&before),
-        };
-        Self::audit(&mut tx, event_seq, &actor, audit).await?;
-        tx.commit().await?;
-        Ok(record)
-    }
-
-    async fn step_skip(
-        &self,
-        event_seq: i64,
-        step: &str,
-        actor: Actor<'_>,
-    ) -> Result<EventRecord, AdminError> {
-        self.settle_step(event_seq, step, actor, false).await
-    }
-
-    async fn step_mark_done_by_hand(
-        &self,
-        event_seq: i64,
-        step: &str,
-        actor: Actor<'_>,
-    ) -> Result<EventRecord, AdminError> {
-        self.settle_step(event_seq, step, actor, true).await
     }
 
     async fn event_prune(

@@ -1,6 +1,6 @@
 //! The PostgreSQL store's operator statements (see `store::admin`). Every
-//! action locks the event (`ADMIN_EVENT_LOCK`), then changes it with an
-//! `UPDATE` that filters on the states the action allows and increments
+//! transition locks the event (`ADMIN_EVENT_LOCK`), then changes it with an
+//! `UPDATE` that filters on the states the transition allows and increments
 //! `lease_token`, so a worker still holding an older lease can change nothing.
 
 /// The columns of an `EventRecord`, as `record_from_row` reads them.
@@ -61,7 +61,7 @@ pub const AUDIT_LIST: &str = "
     WHERE event_id = $1
     ORDER BY id";
 
-/// The event an action is about, locked until the action commits (a worker's
+/// The event a transition is about, locked until the transition commits (a worker's
 /// claim skips it meanwhile; a worker's mark waits, then finds the new token).
 /// `lease_expired` uses the same clock as leases: the database's.
 pub const ADMIN_EVENT_LOCK: &str = "

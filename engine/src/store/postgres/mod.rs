@@ -88,11 +88,13 @@ impl PostgresStore {
             inserts: Arc::new(GroupCommit::start(
                 INSERT_FLUSHERS,
                 MAX_INSERT_BATCH,
+                INSERT_QUEUE,
                 insert_many(pool.clone(), channel.clone()),
             )),
             marks: Arc::new(GroupCommit::start(
                 MARK_FLUSHERS,
                 MAX_MARK_BATCH,
+                MARK_QUEUE,
                 mark_many(pool.clone()),
             )),
             pool,
@@ -149,6 +151,9 @@ impl PostgresStore {
 const INSERT_FLUSHERS: usize = 2;
 /// Most events in one insert.
 const MAX_INSERT_BATCH: usize = 256;
+/// Most accepts waiting for an insert; beyond it an accept is refused at once
+/// (`StoreError::Overloaded`, a 503 from the receiver).
+const INSERT_QUEUE: usize = 2 * MAX_INSERT_BATCH;
 
 /// Insert a batch of events in one statement; each answer is New or Duplicate.
 fn insert_many(
@@ -195,6 +200,11 @@ fn insert_many(
                     )
                     .bind(rows.iter().map(|e| e.resource_seq).collect::<Vec<_>>())
                     .bind(&channel)
+                    .bind(
+                        rows.iter()
+                            .map(|e| e.replay_key.as_deref())
+                            .collect::<Vec<_>>(),
+                    )
                     .fetch_all(&pool)
                     .await;
             match result {
@@ -231,6 +241,8 @@ fn insert_many(
 const MARK_FLUSHERS: usize = 3;
 /// Most marks in one statement.
 const MAX_MARK_BATCH: usize = 512;
+/// Most marks waiting for a statement; beyond it a mark waits for room.
+const MARK_QUEUE: usize = 4 * MAX_MARK_BATCH;
 
 /// Write a batch of marks in one statement; each answer says whether that
 /// mark was applied (false: its lease was not held — the caller checks why).
@@ -339,7 +351,7 @@ impl Store for PostgresStore {
     }
 
     async fn event_insert(&self, event: &EventInsert<'_>) -> Result<InsertOutcome, StoreError> {
-        self.inserts.submit(event.to_owned_insert()).await?
+        self.inserts.try_submit(event.to_owned_insert()).await?
     }
 
     async fn event_claim_many(

@@ -3,23 +3,27 @@
 
 /// Insert many events at once (group commit): one statement, one commit, one
 /// NOTIFY. Rows come sorted by key, so concurrent batches take the unique
-/// index's locks in one order. Answers the keys that were new, with their ids.
+/// index's locks in one order. `ON CONFLICT DO NOTHING` names no target, so
+/// it covers both unique keys, (source, dedup key) and (source, replay key):
+/// the dedup decision on both is this one statement. Answers the keys that
+/// were new, with their ids.
 pub const EVENT_INSERT_MANY: &str = "
     WITH rows AS (
         SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[],
-                             $6::text[], $7::int[], $8::timestamptz[], $9::text[], $10::bigint[])
+                             $6::text[], $7::int[], $8::timestamptz[], $9::text[], $10::bigint[],
+                             $12::text[])
             WITH ORDINALITY
             AS r (source, dedup_key, kind, payload, plan, state, step_count, not_before,
-                  resource_key, resource_seq, ord)
+                  resource_key, resource_seq, replay_key, ord)
     ),
     inserted AS (
         INSERT INTO tickmark_events
             (source, dedup_key, kind, payload, plan, state, step_count, due_at, resource_key,
-             resource_seq)
+             resource_seq, replay_key)
         SELECT source, dedup_key, kind, payload::json, plan::json, state, step_count,
-               coalesce(not_before, now()), resource_key, resource_seq
+               coalesce(not_before, now()), resource_key, resource_seq, replay_key
         FROM rows ORDER BY ord
-        ON CONFLICT (source, dedup_key) DO NOTHING
+        ON CONFLICT DO NOTHING
         RETURNING id, source, dedup_key, state
     )
     SELECT inserted.id, inserted.source, inserted.dedup_key

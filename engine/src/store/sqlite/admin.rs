@@ -1,8 +1,8 @@
-//! The operator side of the SQLite store (see `store::admin`). Each action is
-//! one `BEGIN IMMEDIATE` transaction: read the event, check it against
-//! `admin::rules`, run the state-filtered `UPDATE` that bumps the fencing
-//! token, change the step rows, write the audit row; a re-queue then wakes
-//! this process's idle workers (others poll).
+//! The operator side of the SQLite store (see `store::admin`). A transition
+//! is one `BEGIN IMMEDIATE` transaction: read the event, ask the decision, run
+//! the state-filtered `UPDATE` that bumps the fencing token, change the step
+//! rows, write the audit row; a re-queue then wakes this process's idle
+//! workers (others poll).
 
 use std::time::Duration;
 
@@ -13,36 +13,29 @@ use sqlx::{Row, SqliteConnection};
 use super::time::{format_time, parse_time, parse_time_opt};
 use super::{admin_sql as sql, record_from_row, sql as engine_sql, SqliteStore};
 use crate::event::EventState;
-use crate::store::admin::rules::{self, Before};
 use crate::store::admin::{
-    Actor, Admin, AdminError, AuditEntry, EventFilter, RetryRequest, StatusReport,
+    Admin, AuditEntry, AuditNote, Decide, Decision, EventFilter, EventSnapshot, StatusReport,
+    TransitionError,
 };
 use crate::store::Store;
 use crate::store::{decode, EventRecord, StoreError};
 
-/// The audit row of one action.
-struct Audit<'a> {
-    action: &'a str,
-    step: Option<&'a str>,
-    detail: String,
-}
-
 impl SqliteStore {
-    /// Read event `event_seq` for an action (the caller holds the write lock).
-    async fn read_for_action(
+    /// Read event `event_seq` for a transition (the caller holds the write lock).
+    async fn read_for_transition(
         conn: &mut SqliteConnection,
         event_seq: i64,
         now: &str,
-    ) -> Result<Before, AdminError> {
+    ) -> Result<EventSnapshot, TransitionError> {
         let row = sqlx::query(sql::ADMIN_EVENT_READ)
             .bind(event_seq)
             .fetch_optional(conn)
             .await?
-            .ok_or_else(|| AdminError::NotFound(event_seq.to_string()))?;
+            .ok_or(TransitionError::NotFound { event_seq })?;
         let state: String = row.try_get("state")?;
         let plan: String = row.try_get("plan")?;
         let due_at: String = row.try_get("due_at")?;
-        Ok(Before {
+        Ok(EventSnapshot {
             seq: event_seq,
             state: decode::state(&state, "event state")?,
             next_step: row.try_get("next_step")?,
@@ -54,99 +47,116 @@ impl SqliteStore {
             lease_owner: row.try_get("lease_owner")?,
             last_error: row.try_get("last_error")?,
             finished_at: parse_time_opt(row.try_get("finished_at")?)?,
-            steps: crate::plan::step_names(&plan)
-                .map_err(|e| StoreError::Corrupt(format!("stored plan: {e}")))?,
+            steps: decode::step_names(&plan)?,
         })
+    }
+
+    /// Apply `decision` to the event `found` (read in this write transaction).
+    async fn apply(
+        conn: &mut SqliteConnection,
+        found: &EventSnapshot,
+        decision: &Decision,
+        now: &str,
+    ) -> Result<EventRecord, TransitionError> {
+        match decision {
+            Decision::Requeue {
+                resume_at,
+                rerun_done,
+                take_over_expired,
+            } => {
+                let record = changed(
+                    sqlx::query(sql::EVENT_RETRY)
+                        .bind(found.seq)
+                        .bind(*resume_at)
+                        .bind(*rerun_done)
+                        .bind(*take_over_expired)
+                        .bind(now)
+                        .fetch_optional(&mut *conn)
+                        .await?,
+                    found,
+                )?;
+                sqlx::query(sql::STEPS_FORGET_FROM)
+                    .bind(found.seq)
+                    .bind(*resume_at)
+                    .execute(&mut *conn)
+                    .await?;
+                Ok(record)
+            }
+            Decision::Cancel => changed(
+                sqlx::query(sql::EVENT_CANCEL)
+                    .bind(found.seq)
+                    .bind(now)
+                    .fetch_optional(&mut *conn)
+                    .await?,
+                found,
+            ),
+            Decision::SettleStep {
+                position,
+                as_state,
+                output,
+                last_error,
+            } => {
+                let name = found
+                    .step_name(*position)
+                    .ok_or(TransitionError::NotInPlan {
+                        event_seq: found.seq,
+                        position: *position,
+                    })?;
+                let record = changed(
+                    sqlx::query(sql::EVENT_SETTLE_STEP)
+                        .bind(found.seq)
+                        .bind(*position)
+                        .bind(now)
+                        .fetch_optional(&mut *conn)
+                        .await?,
+                    found,
+                )?;
+                sqlx::query(sql::STEP_UPSERT_BY_HAND)
+                    .bind(found.seq)
+                    .bind(*position)
+                    .bind(name)
+                    .bind(as_state.step_state().as_str())
+                    .bind(found.attempt)
+                    .bind(record.lease_token)
+                    .bind(now)
+                    .bind(output.to_string())
+                    .bind(last_error.as_deref())
+                    .execute(&mut *conn)
+                    .await?;
+                Ok(record)
+            }
+        }
     }
 
     async fn audit(
         conn: &mut SqliteConnection,
         event_seq: i64,
         now: &str,
-        actor: &Actor<'_>,
-        audit: Audit<'_>,
-    ) -> Result<(), AdminError> {
+        audit: &AuditNote,
+    ) -> Result<(), StoreError> {
         sqlx::query(sql::AUDIT_INSERT)
             .bind(event_seq)
             .bind(now)
-            .bind(actor.who)
-            .bind(audit.action)
-            .bind(audit.step)
-            .bind(actor.reason)
-            .bind(audit.detail)
+            .bind(&audit.actor)
+            .bind(&audit.action)
+            .bind(audit.step.as_deref())
+            .bind(audit.reason.as_deref())
+            .bind(&audit.detail)
             .execute(conn)
             .await?;
         Ok(())
     }
-
-    /// Skip or mark done by hand: the two differ only in the step row.
-    async fn settle_step(
-        &self,
-        event_seq: i64,
-        step: &str,
-        actor: Actor<'_>,
-        done: bool,
-    ) -> Result<EventRecord, AdminError> {
-        let (action, verb, state, key) = if done {
-            ("mark_done", "marked done by hand", "done", "marked_done_by")
-        } else {
-            ("skip", "skipped", "skipped", "skipped_by")
-        };
-        let reason = rules::required_reason(&actor, action)?;
-        let (turn, mut tx) = self.begin_write().await?;
-        let now = format_time(Utc::now());
-        let before = Self::read_for_action(&mut tx, event_seq, &now).await?;
-        let position = before.position_of(step)?;
-        rules::settle_step(&before, position, verb)?;
-        let record = refused_unless(
-            sqlx::query(sql::EVENT_SETTLE_STEP)
-                .bind(event_seq)
-                .bind(position)
-                .bind(&now)
-                .fetch_optional(&mut *tx)
-                .await?,
-            &before,
-        )?;
-        sqlx::query(sql::STEP_UPSERT_BY_HAND)
-            .bind(event_seq)
-            .bind(position)
-            .bind(step)
-            .bind(state)
-            .bind(before.attempt)
-            .bind(record.lease_token)
-            .bind(&now)
-            .bind(rules::by_hand_output(key, actor.who, reason))
-            .bind(if done {
-                None
-            } else {
-                before.last_error.as_deref()
-            })
-            .execute(&mut *tx)
-            .await?;
-        let audit = Audit {
-            action,
-            step: Some(step),
-            detail: rules::settle_detail(&before, verb),
-        };
-        Self::audit(&mut tx, event_seq, &now, &actor, audit).await?;
-        tx.commit().await?;
-        drop(turn);
-        if record.state == EventState::Pending {
-            self.wake_workers();
-        }
-        Ok(record)
-    }
 }
 
-/// The row an action's `UPDATE` returned, or a refusal when it changed none.
-fn refused_unless(row: Option<SqliteRow>, before: &Before) -> Result<EventRecord, AdminError> {
+/// The row a transition's `UPDATE` returned; none means it changed nothing,
+/// which is an error, never ignored.
+fn changed(row: Option<SqliteRow>, found: &EventSnapshot) -> Result<EventRecord, TransitionError> {
     match row {
         Some(row) => Ok(record_from_row(&row)?),
-        None => Err(AdminError::Refused(format!(
-            "event {} changed while the action ran (it was {}); look again with \
-             `tickmark events show {}`",
-            before.seq, before.state, before.seq
-        ))),
+        None => Err(TransitionError::Unchanged {
+            event_seq: found.seq,
+            was: found.state,
+        }),
     }
 }
 
@@ -185,7 +195,7 @@ impl Admin for SqliteStore {
         let counts: Vec<(String, String, i64)> = sqlx::query_as(sql::STATUS_COUNTS)
             .fetch_all(&self.pool)
             .await?;
-        let counts = rules::sorted_counts(counts)?;
+        let counts = decode::sorted_counts(counts)?;
         let oldest: Option<String> = sqlx::query_scalar(engine_sql::EVENT_OLDEST_PENDING)
             .bind(&now_text)
             .fetch_one(&self.pool)
@@ -207,7 +217,7 @@ impl Admin for SqliteStore {
                 None => None,
             },
             stuck,
-            done_per_minute: rules::per_minute(minutes, buckets),
+            done_per_minute: decode::per_minute(minutes, buckets),
         })
     }
 
@@ -228,7 +238,7 @@ impl Admin for SqliteStore {
         id: &str,
         source: Option<&str>,
     ) -> Result<Vec<EventRecord>, StoreError> {
-        if let Some(seq) = rules::row_number(id) {
+        if let Some(seq) = decode::row_number(id) {
             if let Some(record) = self.event_get(seq).await? {
                 if source.is_none_or(|source| source == record.event.source) {
                     return Ok(vec![record]);
@@ -262,88 +272,23 @@ impl Admin for SqliteStore {
             .transpose()
     }
 
-    async fn event_retry(&self, request: &RetryRequest<'_>) -> Result<EventRecord, AdminError> {
+    async fn event_transition(
+        &self,
+        event_seq: i64,
+        decide: &Decide<'_>,
+    ) -> Result<EventRecord, TransitionError> {
         let (turn, mut tx) = self.begin_write().await?;
         let now = format_time(Utc::now());
-        let before = Self::read_for_action(&mut tx, request.event_seq, &now).await?;
-        let from = request
-            .from_step
-            .map(|step| before.position_of(step))
-            .transpose()?;
-        let resume_at = rules::retry(&before, from, request.force)?;
-        let record = refused_unless(
-            sqlx::query(sql::EVENT_RETRY)
-                .bind(request.event_seq)
-                .bind(resume_at)
-                .bind(from.is_some())
-                .bind(request.force)
-                .bind(&now)
-                .fetch_optional(&mut *tx)
-                .await?,
-            &before,
-        )?;
-        sqlx::query(sql::STEPS_FORGET_FROM)
-            .bind(request.event_seq)
-            .bind(resume_at)
-            .execute(&mut *tx)
-            .await?;
-        let audit = Audit {
-            action: "retry",
-            step: Some(before.step_at(resume_at)),
-            detail: rules::retry_detail(&before, resume_at, from.is_some()),
-        };
-        Self::audit(&mut tx, request.event_seq, &now, &request.actor, audit).await?;
+        let found = Self::read_for_transition(&mut tx, event_seq, &now).await?;
+        let verdict = decide(&found).map_err(TransitionError::Declined)?;
+        let record = Self::apply(&mut tx, &found, &verdict.decision, &now).await?;
+        Self::audit(&mut tx, event_seq, &now, &verdict.audit).await?;
         tx.commit().await?;
         drop(turn);
-        self.wake_workers();
+        if record.state == EventState::Pending {
+            self.wake_workers();
+        }
         Ok(record)
-    }
-
-    async fn event_cancel(
-        &self,
-        event_seq: i64,
-        actor: Actor<'_>,
-    ) -> Result<EventRecord, AdminError> {
-        let (turn, mut tx) = self.begin_write().await?;
-        let now = format_time(Utc::now());
-        let before = Self::read_for_action(&mut tx, event_seq, &now).await?;
-        rules::cancel(&before)?;
-        let record = refused_unless(
-            sqlx::query(sql::EVENT_CANCEL)
-                .bind(event_seq)
-                .bind(&now)
-                .fetch_optional(&mut *tx)
-                .await?,
-            &before,
-        )?;
-        let step = (before.next_step < before.step_count).then(|| before.step_at(before.next_step));
-        let audit = Audit {
-            action: "cancel",
-            step,
-            detail: rules::cancel_detail(&before),
-        };
-        Self::audit(&mut tx, event_seq, &now, &actor, audit).await?;
-        tx.commit().await?;
-        drop(turn);
-        Ok(record)
-    }
-
-    async fn step_skip(
-        &self,
-        event_seq: i64,
-        step: &str,
-        actor: Actor<'_>,
-    ) -> Result<EventRecord, AdminError> {
-        self.settle_step(event_seq, step, actor, false).await
-    }
-
-    async fn step_mark_done_by_hand(
-        &self,
-        event_seq: i64,
-        step: &str,
-        actor: Actor<'_>,
-    ) -> Result<EventRecord, AdminError> {
-        self.settle_step(event_seq, step, actor, true).await
     }
 
     async fn event_prune(

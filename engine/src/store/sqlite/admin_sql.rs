@@ -1,6 +1,6 @@
-//! The SQLite store's operator statements (see `store::admin`). Every action
-//! runs in one `BEGIN IMMEDIATE` transaction: it reads the event, then changes
-//! it with an `UPDATE` that filters on the states the action allows and
+//! The SQLite store's operator statements (see `store::admin`). Every
+//! transition runs in one `BEGIN IMMEDIATE` transaction: it reads the event,
+//! then changes it with an `UPDATE` that filters on the states it allows and
 //! increments `lease_token`, so a worker still holding an older lease can
 //! change nothing. Times are bound as fixed-width UTC text (`?now`).
 
@@ -63,8 +63,8 @@ pub const AUDIT_LIST: &str = "
     WHERE event_id = ?1
     ORDER BY id";
 
-/// The event an action is about (inside the action's write transaction, so
-/// nothing changes it before the action's `UPDATE`).
+/// The event a transition is about (inside the transition's write
+/// transaction, so nothing changes it before the transition's `UPDATE`).
 pub const ADMIN_EVENT_READ: &str = "
     SELECT state, next_step, step_count, attempt, due_at, lease_owner, last_error, finished_at,
            plan

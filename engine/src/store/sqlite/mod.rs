@@ -104,11 +104,13 @@ impl SqliteStore {
             inserts: Arc::new(GroupCommit::start(
                 1,
                 MAX_INSERT_BATCH,
+                INSERT_QUEUE,
                 insert_many(pool.clone(), Arc::clone(&write_turn)),
             )),
             marks: Arc::new(GroupCommit::start(
                 1,
                 MAX_MARK_BATCH,
+                MARK_QUEUE,
                 mark_many(pool.clone(), Arc::clone(&write_turn)),
             )),
             pool,
@@ -187,6 +189,9 @@ impl SqliteStore {
 
 /// Most events in one insert transaction.
 const MAX_INSERT_BATCH: usize = 256;
+/// Most accepts waiting for an insert transaction; beyond it an accept is
+/// refused at once (`StoreError::Overloaded`, a 503 from the receiver).
+const INSERT_QUEUE: usize = 2 * MAX_INSERT_BATCH;
 
 /// Insert a batch of events in one `BEGIN IMMEDIATE` transaction (one fsync);
 /// each answer is New or Duplicate (a repeat within the batch is a Duplicate).
@@ -216,6 +221,7 @@ fn insert_many(
                         .bind(format_time(now))
                         .bind(event.resource_key.as_deref())
                         .bind(event.resource_seq)
+                        .bind(event.replay_key.as_deref())
                         .fetch_optional(&mut *tx)
                         .await?;
                     outcomes.push(match inserted {
@@ -237,6 +243,8 @@ fn insert_many(
 
 /// Most marks in one transaction.
 const MAX_MARK_BATCH: usize = 512;
+/// Most marks waiting for a transaction; beyond it a mark waits for room.
+const MARK_QUEUE: usize = 4 * MAX_MARK_BATCH;
 
 /// Write a batch of marks in one `BEGIN IMMEDIATE` transaction (one fsync);
 /// each answer says whether that mark was applied.
@@ -351,7 +359,7 @@ impl Store for SqliteStore {
     }
 
     async fn event_insert(&self, event: &EventInsert<'_>) -> Result<InsertOutcome, StoreError> {
-        let outcome = self.inserts.submit(event.to_owned_insert()).await??;
+        let outcome = self.inserts.try_submit(event.to_owned_insert()).await??;
         if matches!(outcome, InsertOutcome::New(_)) && event.state == EventState::Pending {
             self.wake_workers();
         }

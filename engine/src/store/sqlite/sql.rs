@@ -2,13 +2,15 @@
 //! transition is an event update (filtering on state and fencing token) and, if
 //! it changed a row, a step upsert, in one `BEGIN IMMEDIATE` transaction.
 
-/// Insert unless the dedup key exists; the unique index is the judge.
+/// Insert unless the dedup key (or the replay key, when given) exists; the
+/// unique indexes are the judge. `ON CONFLICT DO NOTHING` without a target
+/// covers every unique index: both keys are decided by this one statement.
 pub const EVENT_INSERT: &str = "
     INSERT INTO tickmark_events
         (source, dedup_key, kind, payload, plan, state, step_count, due_at, received_at,
-         resource_key, resource_seq)
-    VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)
-    ON CONFLICT (source, dedup_key) DO NOTHING
+         resource_key, resource_seq, replay_key)
+    VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12)
+    ON CONFLICT DO NOTHING
     RETURNING id";
 
 /// Whether anything is due, read without the write lock (same filters as

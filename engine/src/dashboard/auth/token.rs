@@ -1,25 +1,15 @@
-//! The dashboard's bearer token.
+//! The dashboard's secret token, kept only as its SHA-256 digest.
 //!
-//! Actions (retry) always need it; reading pages needs it only with
-//! [`Dashboard::token_for_reads`](super::Dashboard::token_for_reads). It is
-//! accepted as `Authorization: Bearer <token>`, or, for the retry button, as
-//! the form field `token`. Comparison is in constant time (`subtle`) over
-//! SHA-256 digests, so neither the content nor the length of the secret
-//! leaks through timing.
+//! It is accepted as `Authorization: Bearer <token>` (scripts, Prometheus),
+//! as the login form's password field, or as the retry form's `token` field.
+//! Comparison is in constant time (`subtle`) over SHA-256 digests, so
+//! neither the content nor the length of the secret leaks through timing.
 
 use std::fmt;
-use std::sync::Arc;
 
-use axum::extract::{Request, State};
-use axum::http::{header, HeaderMap, HeaderValue, Method, StatusCode};
-use axum::middleware::Next;
-use axum::response::{IntoResponse, Response};
+use axum::http::{header, HeaderMap};
 use sha2::{Digest, Sha256};
 use subtle::ConstantTimeEq;
-
-use super::html::Page;
-use super::links::Base;
-use super::Shared;
 
 /// The configured secret, kept only as its digest.
 #[derive(Clone)]
@@ -54,42 +44,6 @@ impl fmt::Debug for Token {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str("Token(***)")
     }
-}
-
-/// Middleware: with `token_for_reads`, a page is shown only to a request
-/// with the bearer token. Actions (POST) check the token themselves, since
-/// they also accept it as a form field.
-pub(crate) async fn guard_reads(
-    State(shared): State<Arc<Shared>>,
-    base: Base,
-    request: Request,
-    next: Next,
-) -> Response {
-    let open = !shared.token_for_reads
-        || request.method() == Method::POST
-        || shared
-            .token
-            .as_ref()
-            .is_some_and(|token| token.matches_bearer(request.headers()));
-    if open {
-        next.run(request).await
-    } else {
-        unauthorized(
-            &base,
-            "This dashboard needs its token to show pages: send `Authorization: Bearer <token>`.",
-        )
-    }
-}
-
-/// 401, with the challenge that names the scheme.
-pub(crate) fn unauthorized(base: &Base, message: &str) -> Response {
-    let mut response =
-        Page::message(&base.0, StatusCode::UNAUTHORIZED, "Token required", message).into_response();
-    response.headers_mut().insert(
-        header::WWW_AUTHENTICATE,
-        HeaderValue::from_static("Bearer realm=\"tickmark\""),
-    );
-    response
 }
 
 /// The credentials of an `Authorization: Bearer <credentials>` header (the

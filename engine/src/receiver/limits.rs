@@ -1,0 +1,119 @@
+//! How much of the receiver one client may hold, and for how long: the
+//! connection and time limits of [`Receiver::serve`](super::Receiver::serve)
+//! and the in-flight cap of [`Receiver::router`](super::Receiver::router).
+//!
+//! Providers send a small body quickly and then wait for the answer, so the
+//! defaults are tight for anything slower: a client that holds a connection
+//! without finishing its request is cut off after seconds, not minutes, and
+//! the number of connections and of requests being handled at once is
+//! capped, so that many such clients cannot lock the providers out or grow
+//! the process without bound. Beyond a cap the receiver refuses at once (a
+//! closed connection, or 503 with `Retry-After`), it never queues.
+
+use std::time::Duration;
+
+/// The default [`Limits::header_read_timeout`]: 10 s.
+pub const DEFAULT_HEADER_READ_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// The default [`Limits::body_read_timeout`]: 10 s. GitHub gives up on a
+/// delivery after 10 s, Shopify after 5 s: no provider takes longer to send.
+pub const DEFAULT_BODY_READ_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// The default [`Limits::max_connections`]: 512, half of the common limit of
+/// 1,024 open files, so that the database, the log and the process's other
+/// files always have descriptors left.
+pub const DEFAULT_MAX_CONNECTIONS: usize = 512;
+
+/// The default [`Limits::max_in_flight`]: 256 deliveries handled at once.
+/// The inbox commits many deliveries together, so this is plenty for
+/// thousands of deliveries a second.
+pub const DEFAULT_MAX_IN_FLIGHT: usize = 256;
+
+/// What `Retry-After` says when the receiver sheds load (a cap is full).
+pub const OVERLOAD_RETRY_AFTER: Duration = Duration::from_secs(1);
+
+/// The receiver's connection and time limits. Start from
+/// [`Limits::default`] and change what you need:
+///
+/// ```
+/// use std::time::Duration;
+/// use tickmark::receiver::Limits;
+///
+/// let mut limits = Limits::default();
+/// limits.max_connections = 2_000; // after `ulimit -n 8192`
+/// limits.body_read_timeout = Duration::from_secs(5);
+/// # let _ = limits;
+/// ```
+#[non_exhaustive]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Limits {
+    /// How long a connection may take to send a complete request head
+    /// (request line and headers), counted from the moment the server waits
+    /// for one: from the accept for the first request, from the previous
+    /// answer on a kept-alive connection. So this is **also the idle
+    /// keep-alive timeout**: hyper runs one timer for both, and a connection
+    /// that sends nothing, or a header byte now and then, is closed when it
+    /// runs out. Applies to [`Receiver::serve`](super::Receiver::serve).
+    pub header_read_timeout: Duration,
+    /// How long a request may take to send its whole body, counted from the
+    /// end of its head. A body still arriving then is refused with 408
+    /// `body_timeout` and the connection is closed. Applies to
+    /// [`Receiver::router`](super::Receiver::router), however it is served.
+    pub body_read_timeout: Duration,
+    /// Most connections open at once. A connection accepted beyond it is
+    /// answered `503` with `Retry-After` (best effort) and closed at once,
+    /// before anything is read. Keep it below the process's open-file limit
+    /// (`ulimit -n`). Applies to [`Receiver::serve`](super::Receiver::serve).
+    pub max_connections: usize,
+    /// Most deliveries (`POST /hooks/…`) handled at once, from the end of the
+    /// head to the answer. A delivery beyond it is answered 503
+    /// `overloaded` with `Retry-After` at once, its body unread. `/healthz`
+    /// is not counted. Applies to [`Receiver::router`](super::Receiver::router).
+    pub max_in_flight: usize,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Self {
+            header_read_timeout: DEFAULT_HEADER_READ_TIMEOUT,
+            body_read_timeout: DEFAULT_BODY_READ_TIMEOUT,
+            max_connections: DEFAULT_MAX_CONNECTIONS,
+            max_in_flight: DEFAULT_MAX_IN_FLIGHT,
+        }
+    }
+}
+
+impl Limits {
+    /// The same limits, with zero caps and timeouts raised to the smallest
+    /// workable value (a zero cap would refuse everything; a zero timeout
+    /// would cut every request).
+    pub(crate) fn sanitised(self) -> Self {
+        let at_least = |d: Duration| d.max(Duration::from_millis(1));
+        Self {
+            header_read_timeout: at_least(self.header_read_timeout),
+            body_read_timeout: at_least(self.body_read_timeout),
+            max_connections: self.max_connections.max(1),
+            max_in_flight: self.max_in_flight.max(1),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn zero_limits_become_workable() {
+        let zero = Limits {
+            header_read_timeout: Duration::ZERO,
+            body_read_timeout: Duration::ZERO,
+            max_connections: 0,
+            max_in_flight: 0,
+        }
+        .sanitised();
+        assert_eq!((zero.max_connections, zero.max_in_flight), (1, 1));
+        assert!(zero.header_read_timeout > Duration::ZERO);
+        assert!(zero.body_read_timeout > Duration::ZERO);
+        assert_eq!(Limits::default().sanitised(), Limits::default());
+    }
+}

@@ -1,0 +1,152 @@
+//! Serving the receiver on a listener with its connection limits: a cap on
+//! open connections and hyper's header-read timeout (which is also the idle
+//! keep-alive timeout).
+//!
+//! Why not `axum::serve`: it exposes neither hyper's `header_read_timeout`
+//! nor a connection cap, and a receiver on the internet needs both (a client
+//! that connects and sends nothing would otherwise hold its connection, and a
+//! file descriptor, for ever). So this is axum's accept loop with those two
+//! added, and everything else left to the libraries: hyper's HTTP/1
+//! connection builder with tokio's timer, hyper-util's graceful shutdown, and
+//! the axum router as the hyper service. The only hand-written parts are the
+//! cap (a semaphore: a permit per connection, tried without waiting) and the
+//! canned 503 written to a connection refused beyond it, before closing it.
+
+use std::future::Future;
+use std::io;
+use std::sync::{Arc, LazyLock};
+use std::time::Duration;
+
+use axum::Router;
+use hyper::server::conn::http1;
+use hyper_util::rt::{TokioIo, TokioTimer};
+use hyper_util::server::graceful::GracefulShutdown;
+use hyper_util::service::TowerToHyperService;
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::Semaphore;
+
+use super::limits::{Limits, OVERLOAD_RETRY_AFTER};
+
+/// What a connection beyond the cap is sent before it is closed: the same
+/// JSON refusal as an overloaded delivery, as raw bytes because nothing of
+/// the request has been read.
+static REFUSED: LazyLock<Vec<u8>> = LazyLock::new(|| {
+    let body = serde_json::json!({
+        "status": "error",
+        "error": "overloaded",
+        "message": "too many open connections: retry in a moment",
+    })
+    .to_string();
+    format!(
+        "HTTP/1.1 503 Service Unavailable\r\ncontent-type: application/json\r\n\
+         retry-after: {}\r\nconnection: close\r\ncontent-length: {}\r\n\r\n{body}",
+        OVERLOAD_RETRY_AFTER.as_secs().max(1),
+        body.len()
+    )
+    .into_bytes()
+});
+
+/// How long to wait before accepting again after an accept error that is not
+/// about one connection (out of file descriptors, most often): long enough
+/// for connections to close, short enough that providers barely notice.
+const ACCEPT_ERROR_PAUSE: Duration = Duration::from_millis(250);
+
+/// Accept connections on `listener` and serve `router` on each, within
+/// `limits`, until `shutdown` completes; then stop accepting, let the open
+/// connections finish their requests (idle ones are closed at once), and
+/// return.
+pub(crate) async fn serve(
+    listener: TcpListener,
+    router: Router,
+    limits: Limits,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> io::Result<()> {
+    let limits = limits.sanitised();
+    let connections = Arc::new(Semaphore::new(limits.max_connections));
+    let graceful = GracefulShutdown::new();
+    let mut builder = http1::Builder::new();
+    builder
+        .timer(TokioTimer::new())
+        .header_read_timeout(limits.header_read_timeout);
+    let service = TowerToHyperService::new(router);
+    tokio::pin!(shutdown);
+    loop {
+        let stream = tokio::select! {
+            accepted = listener.accept() => match accepted {
+                Ok((stream, _peer)) => stream,
+                Err(error) => {
+                    pause_after(error).await;
+                    continue;
+                }
+            },
+            () = &mut shutdown => break,
+        };
+        let Ok(permit) = Arc::clone(&connections).try_acquire_owned() else {
+            refuse(stream, limits.max_connections);
+            continue;
+        };
+        // Answers are small and written at once: do not hold them back.
+        let _ = stream.set_nodelay(true);
+        let connection = builder.serve_connection(TokioIo::new(stream), service.clone());
+        let connection = graceful.watch(connection);
+        tokio::spawn(async move {
+            if let Err(error) = connection.await {
+                // Timeouts, resets and malformed requests end up here: the
+                // client's doing, not an error of this process.
+                tracing::debug!(%error, "connection closed");
+            }
+            drop(permit);
+        });
+    }
+    drop(listener);
+    tracing::debug!(
+        open = graceful.count(),
+        "no longer accepting; waiting for open connections"
+    );
+    graceful.shutdown().await;
+    Ok(())
+}
+
+/// Send a connection beyond the cap the canned 503, if its socket takes it
+/// without waiting, and close it. Nothing is read from it.
+fn refuse(stream: TcpStream, max_connections: usize) {
+    let _ = stream.try_write(&REFUSED);
+    tracing::debug!(max_connections, "connection refused: too many open");
+    drop(stream);
+}
+
+/// After an accept error: per-connection errors (the client went away before
+/// the accept) are skipped; others (out of file descriptors) are logged and
+/// accepting pauses briefly, so the loop does not spin.
+async fn pause_after(error: io::Error) {
+    if matches!(
+        error.kind(),
+        io::ErrorKind::ConnectionAborted
+            | io::ErrorKind::ConnectionRefused
+            | io::ErrorKind::ConnectionReset
+    ) {
+        return;
+    }
+    tracing::warn!(%error, "accepting a connection failed; pausing briefly (out of file descriptors? see max_connections)");
+    tokio::time::sleep(ACCEPT_ERROR_PAUSE).await;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_canned_refusal_is_a_complete_response() {
+        let text = std::str::from_utf8(&REFUSED).unwrap();
+        let (head, body) = text.split_once("\r\n\r\n").unwrap();
+        let length: usize = head
+            .lines()
+            .find_map(|line| line.strip_prefix("content-length: "))
+            .unwrap()
+            .parse()
+            .unwrap();
+        assert_eq!(body.len(), length);
+        let json: serde_json::Value = serde_json::from_str(body).unwrap();
+        assert_eq!(json["error"], "overloaded");
+    }
+}
