@@ -107,6 +107,13 @@
 //! inbox, workers, operator actions, metrics counters) is in every build.
 
 #![forbid(unsafe_code)]
+// docs.rs builds with `--cfg docsrs` on nightly and every feature on
+// (`[package.metadata.docs.rs]` in Cargo.toml). `doc_cfg` labels each
+// feature-gated item "Available on crate feature … only"; a feature-gated
+// public item also says so itself, for readers of the source:
+// `#[cfg_attr(docsrs, doc(cfg(feature = "…")))]` next to its `#[cfg]`, as
+// `cli` below. (`doc_auto_cfg` was folded into `doc_cfg` and no longer exists.)
+#![cfg_attr(docsrs, feature(doc_cfg))]
 
 #[cfg(not(any(feature = "postgres", feature = "sqlite")))]
 compile_error!(
@@ -116,9 +123,11 @@ compile_error!(
 
 mod claim;
 #[cfg(feature = "cli")]
+#[cfg_attr(docsrs, doc(cfg(feature = "cli")))]
 pub mod cli;
 pub mod context;
 #[cfg(feature = "dashboard")]
+#[cfg_attr(docsrs, doc(cfg(feature = "dashboard")))]
 pub mod dashboard;
 mod dedup_key;
 mod engine;
@@ -130,11 +139,13 @@ pub mod inbox;
 pub mod metrics;
 pub mod operator;
 #[cfg(feature = "dashboard")]
+#[cfg_attr(docsrs, doc(cfg(feature = "dashboard")))]
 pub mod ops;
 pub mod ordering;
 pub mod outcome;
 pub mod plan;
 #[cfg(feature = "receiver")]
+#[cfg_attr(docsrs, doc(cfg(feature = "receiver")))]
 pub mod receiver;
 mod redact;
 mod resources;
@@ -153,6 +164,7 @@ pub use inbox::Accepted;
 pub use metrics::Metrics;
 pub use plan::StepOptions;
 #[cfg(feature = "receiver")]
+#[cfg_attr(docsrs, doc(cfg(feature = "receiver")))]
 pub use receiver::Receiver;
 pub use redact::redact_url;
 pub use resources::Resources;

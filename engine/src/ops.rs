@@ -3,7 +3,7 @@
 //!
 //! | route | answer |
 //! |---|---|
-//! | `GET /metrics` | this process's counters and the database's queue gauges in the OpenMetrics text format ([`metrics::render`](crate::metrics::render)); 503 with a text body when the database is unavailable, 500 on another store error |
+//! | `GET /metrics` | this process's counters and the database's queue gauges in the OpenMetrics text format ([`metrics::render`]); 503 with a text body when the database is unavailable, 500 on another store error |
 //! | the [`Dashboard`]'s routes | when one is given: `/`, `/events`, `/events/{seq}`, `POST /events/{seq}/retry`, `/login`, `/logout` |
 //!
 //! With a dashboard that has a token, `/metrics` needs that token too

@@ -80,6 +80,13 @@
 //! The guide is `docs/steps.md`.
 
 #![forbid(unsafe_code)]
+// docs.rs builds with `--cfg docsrs` on nightly and every feature on
+// (`[package.metadata.docs.rs]` in Cargo.toml); `doc_cfg` labels each
+// feature-gated item with the feature it needs. A feature-gated public item
+// also says so itself: `#[cfg_attr(docsrs, doc(cfg(feature = "…")))]` next to
+// its `#[cfg]`. (`rustls` gates no public item today: it changes what
+// `HttpClient` can reach, as the list above says.)
+#![cfg_attr(docsrs, feature(doc_cfg))]
 
 mod error;
 pub mod http_call;

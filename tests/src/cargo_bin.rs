@@ -37,8 +37,10 @@ fn build(package: &str, bin: &str) -> PathBuf {
         "build",
         "--manifest-path",
         manifest,
-        "--package",
-        package,
+        // The whole workspace's feature set, as the tests were built with:
+        // `--package` alone would resolve the package's own features and
+        // rebuild shared dependencies a second time.
+        "--workspace",
         "--bin",
         bin,
         "--message-format=json-render-diagnostics",

@@ -54,7 +54,8 @@ macro_rules! exit_codes {
   1  database or other error (unreachable, unreadable, interrupted)
   2  usage: a bad flag or value, no database URL, an ID shared by several sources
   3  not found: no such event, or no step of that name in its plan
-  4  refused: the event's state does not allow the action (the message says what would)
+  4  refused: the event's state does not allow the action (the message says what would),
+     or a newer tickmark migrated the database (upgrade this binary)
   5  plans check: some unfinished events carry plans this build cannot run"
     };
 }
@@ -82,7 +83,8 @@ const AFTER_HELP: &str = concat!(
 /// short transaction that checks the event's state, fences out any worker
 /// still holding an old lease, and writes an audit row.
 #[derive(Debug, Parser)]
-#[command(name = "tickmark", version, after_help = AFTER_HELP)]
+// `--version`: the crate version and the schema versions this binary knows.
+#[command(name = "tickmark", version = migrate::version(), after_help = AFTER_HELP)]
 struct Cli {
     /// The engine's database: `sqlite://path/to/tickmark.db` or
     /// `postgres://user@host/db`
@@ -202,6 +204,9 @@ async fn open(url: &str, creates: bool) -> Result<Arc<dyn Store>, Failure> {
     connected.map_err(|error| match error {
         StoreError::UnsupportedUrl(_) | StoreError::BackendNotBuilt(_) => {
             Failure::Usage(error.to_string())
+        }
+        StoreError::Migrate(sqlx::migrate::MigrateError::VersionMissing(applied)) => {
+            migrate::newer_schema(url, applied)
         }
         error => Failure::Other(format!(
             "cannot open the database: {error}; check --database-url (or DATABASE_URL)"

@@ -11,9 +11,11 @@ mod error;
 pub(crate) mod group_commit;
 pub mod portable_query;
 #[cfg(feature = "postgres")]
+#[cfg_attr(docsrs, doc(cfg(feature = "postgres")))]
 pub mod postgres;
 mod records;
 #[cfg(feature = "sqlite")]
+#[cfg_attr(docsrs, doc(cfg(feature = "sqlite")))]
 pub mod sqlite;
 mod transaction;
 pub(crate) mod transient;
@@ -174,6 +176,20 @@ pub async fn connect(url: &str) -> Result<Arc<dyn Store>, StoreError> {
         }
     };
     Ok(store)
+}
+
+/// The newest schema migration this build applies on `backend`, or `None`
+/// when it was built without that backend. A database that records a newer
+/// one was migrated by a newer tickmark.
+pub fn schema_version(backend: Backend) -> Option<i64> {
+    match backend {
+        #[cfg(feature = "postgres")]
+        Backend::Postgres => Some(postgres::schema_version()),
+        #[cfg(feature = "sqlite")]
+        Backend::Sqlite => Some(sqlite::schema_version()),
+        #[allow(unreachable_patterns)] // every backend compiled in is matched above
+        _ => None,
+    }
 }
 
 /// Which backend a database URL names, if any.

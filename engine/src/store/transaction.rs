@@ -100,6 +100,7 @@ impl StepTransaction {
 
     /// The connection, if the engine runs on PostgreSQL.
     #[cfg(feature = "postgres")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "postgres")))]
     pub fn postgres(&mut self) -> Option<&mut PgConnection> {
         match &mut self.inner {
             Inner::Postgres(transaction) => Some(&mut **transaction),
@@ -110,6 +111,7 @@ impl StepTransaction {
 
     /// The connection, if the engine runs on SQLite.
     #[cfg(feature = "sqlite")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "sqlite")))]
     pub fn sqlite(&mut self) -> Option<&mut SqliteConnection> {
         match &mut self.inner {
             Inner::Sqlite { transaction, .. } => Some(&mut **transaction),

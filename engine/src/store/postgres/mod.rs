@@ -23,7 +23,20 @@ use crate::store::group_commit::{copy_error, FlushFn, GroupCommit};
 use crate::store::records::{OwnedEventInsert, OwnedMarkDone};
 use crate::store::transaction::Inner;
 
-static MIGRATOR: Migrator = sqlx::migrate!("../migrations/postgres");
+// `engine/migrations` is a symlink to the workspace's `migrations/`: one copy
+// of the SQL, which `cargo package` follows into the published crate.
+static MIGRATOR: Migrator = sqlx::migrate!("migrations/postgres");
+
+/// The newest schema migration this build applies (`migrations/postgres`). A
+/// database that records a newer one was migrated by a newer tickmark, and
+/// connecting to it fails with `MigrateError::VersionMissing`.
+pub fn schema_version() -> i64 {
+    MIGRATOR
+        .iter()
+        .map(|migration| migration.version)
+        .max()
+        .unwrap_or(0)
+}
 
 /// Connection settings for [`PostgresStore`].
 #[derive(Debug, Clone)]

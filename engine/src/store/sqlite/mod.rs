@@ -19,7 +19,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use chrono::Utc;
-use sqlx::migrate::Migrator;
+use sqlx::migrate::{MigrateError, Migrator};
 use sqlx::sqlite::{
     SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions, SqliteRow,
     SqliteSynchronous,
@@ -38,7 +38,20 @@ use crate::store::records::{OwnedEventInsert, OwnedMarkDone};
 use crate::store::transaction::Inner;
 use time::{format_time, parse_time, parse_time_opt};
 
-static MIGRATOR: Migrator = sqlx::migrate!("../migrations/sqlite");
+// `engine/migrations` is a symlink to the workspace's `migrations/`: one copy
+// of the SQL, which `cargo package` follows into the published crate.
+static MIGRATOR: Migrator = sqlx::migrate!("migrations/sqlite");
+
+/// The newest schema migration this build applies (`migrations/sqlite`). A
+/// database that records a newer one was migrated by a newer tickmark, and
+/// connecting to it fails with `MigrateError::VersionMissing`.
+pub fn schema_version() -> i64 {
+    MIGRATOR
+        .iter()
+        .map(|migration| migration.version)
+        .max()
+        .unwrap_or(0)
+}
 
 /// Connection settings for [`SqliteStore`].
 #[derive(Debug, Clone)]
@@ -333,6 +346,8 @@ impl Store for SqliteStore {
         loop {
             match MIGRATOR.run(&self.pool).await {
                 Ok(()) => return Ok(()),
+                // A newer tickmark's schema is no race: retrying cannot help.
+                Err(error @ MigrateError::VersionMissing(_)) => return Err(error.into()),
                 Err(error) if tries < 3 => {
                     tries += 1;
                     tracing::debug!(%error, "schema migration raced another process; retrying");
