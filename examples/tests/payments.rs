@@ -15,7 +15,6 @@ use tickmark::Backend;
 use tickmark_examples::payments;
 use tickmark_tests::http_client::{HttpClient, LoopbackServer, Outgoing};
 use tickmark_tests::TestDb;
-use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::process::{Child, Command};
 
 const SECRET: &str = "whsec_e2e_test_secret";
@@ -82,21 +81,12 @@ impl App {
             .kill_on_drop(true)
             .spawn()
             .expect("start the payments binary");
-        let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
-        let addr = tokio::time::timeout(Duration::from_secs(60), async {
-            while let Some(line) = lines.next_line().await.unwrap() {
-                if let Some(addr) = line.strip_prefix("payments: listening on http://") {
-                    return addr.parse().unwrap();
-                }
-            }
-            panic!(
-                "payments exited before listening:\n{}",
-                std::fs::read_to_string(&log).unwrap_or_default()
-            );
-        })
-        .await
-        .expect("payments starts within a minute");
-        tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
+        let addr = tickmark_tests::announced::listening_address(
+            &mut child,
+            "payments: listening on http://",
+            &log,
+        )
+        .await;
         App { child, addr, log }
     }
 

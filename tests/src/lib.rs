@@ -8,6 +8,7 @@
 //! `CI=true`. Every skip is recorded ([`skip::record`]) so that `scripts/test`
 //! reports it.
 
+pub mod announced;
 pub mod cargo_bin;
 pub mod chaos;
 pub mod conformance;

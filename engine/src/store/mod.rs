@@ -192,6 +192,16 @@ pub fn schema_version(backend: Backend) -> Option<i64> {
     }
 }
 
+/// The number of the newest migration `migrator` applies.
+#[cfg(any(feature = "postgres", feature = "sqlite"))]
+fn newest_migration(migrator: &sqlx::migrate::Migrator) -> i64 {
+    migrator
+        .iter()
+        .map(|migration| migration.version)
+        .max()
+        .unwrap_or(0)
+}
+
 /// Which backend a database URL names, if any.
 pub fn backend_of(url: &str) -> Option<Backend> {
     if url.starts_with("sqlite:") {

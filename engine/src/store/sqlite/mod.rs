@@ -46,11 +46,7 @@ static MIGRATOR: Migrator = sqlx::migrate!("migrations/sqlite");
 /// database that records a newer one was migrated by a newer tickmark, and
 /// connecting to it fails with `MigrateError::VersionMissing`.
 pub fn schema_version() -> i64 {
-    MIGRATOR
-        .iter()
-        .map(|migration| migration.version)
-        .max()
-        .unwrap_or(0)
+    super::newest_migration(&MIGRATOR)
 }
 
 /// Connection settings for [`SqliteStore`].
