@@ -202,6 +202,41 @@ impl Step for CreditThenAwaitKill {
     }
 }
 
+/// The line [`AnnounceThenAwaitFile`] prints once it has run: the marker,
+/// then the event id and the attempt.
+pub const STEP_RAN: &str = "tickmark-test-step: ran";
+
+/// A step for the crash test of the final mark: it records its run, prints
+/// [`STEP_RAN`] on stdout, and, on its first attempt, returns only once the
+/// file `go` exists, so the test can prepare what the step's mark will meet
+/// (a row lock) before that mark is sent.
+#[derive(Debug, Serialize, Deserialize)]
+pub struct AnnounceThenAwaitFile {
+    /// Wait for this file on the first attempt; `None`: return at once.
+    pub go: Option<std::path::PathBuf>,
+}
+
+#[typetag::serde(name = "test_announce_then_await_file")]
+#[async_trait::async_trait]
+impl Step for AnnounceThenAwaitFile {
+    async fn run(&self, ctx: &mut StepContext<'_>) -> StepResult {
+        record(ctx).await?;
+        let line = format!("{STEP_RAN} {} {}\n", ctx.event().id, ctx.attempt());
+        announce(&line).map_err(|e| StepError::retryable(format!("announce the run: {e}")))?;
+        if let (Some(go), 1) = (&self.go, ctx.attempt()) {
+            while !go.exists() {
+                tokio::select! {
+                    _ = tokio::time::sleep(Duration::from_millis(10)) => {}
+                    _ = ctx.cancellation().cancelled() => {
+                        return Err(StepError::retryable("cancelled before the go"));
+                    }
+                }
+            }
+        }
+        Ok(serde_json::json!({ "key": ctx.idempotency_key(), "attempt": ctx.attempt() }))
+    }
+}
+
 /// Fails its first `fail_first` attempts (retryably, or terminally).
 #[derive(Debug, Serialize, Deserialize)]
 pub struct Flaky {

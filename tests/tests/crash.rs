@@ -8,7 +8,9 @@ use std::time::Duration;
 use serde_json::json;
 use tickmark::{Backend, EventState, Handler, Handlers, NewEvent, StepState};
 use tickmark_tests::conformance::{engine, quick_worker};
-use tickmark_tests::test_steps::{Credit, CreditThenAwaitKill, Record, WRITTEN_AWAITING_KILL};
+use tickmark_tests::test_steps::{
+    AnnounceThenAwaitFile, Credit, CreditThenAwaitKill, Record, STEP_RAN, WRITTEN_AWAITING_KILL,
+};
 use tickmark_tests::{wait, TestDb};
 use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::process::{Child, Command};
@@ -225,6 +227,158 @@ async fn a_worker_killed_inside_a_transactional_step(backend: Backend) {
         1,
         "the re-run saw no leftover of the killed attempt"
     );
+}
+
+/// A worker hands its slot on to the next event while an event's final mark
+/// is still being committed (`engine/src/runner/slots.rs`). Here that mark is
+/// held in flight for certain: the test locks the event's row before the
+/// step returns, so the mark waits on the lock. Meanwhile the worker (one
+/// slot) runs the next event to the end. Then the worker is SIGKILLed with
+/// the mark still in flight, and the orphaned statement is ended the way a
+/// dead client's would be. The event is finished exactly once: by the
+/// worker that took over its expired lease, whose mark is the one on record;
+/// the killed worker's mark never applied.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_a_worker_killed_while_its_final_mark_is_in_flight() {
+    use sqlx::{Connection, Row};
+
+    let Some(db) = TestDb::new(Backend::Postgres).await else {
+        return;
+    };
+    let folder = tempfile::tempdir().unwrap();
+    let go = folder.path().join("go");
+    let handlers = Handlers::new()
+        .on(
+            "shop",
+            "order.settled",
+            Handler::new().named_step(
+                "settle",
+                AnnounceThenAwaitFile {
+                    go: Some(go.clone()),
+                },
+            ),
+        )
+        .on(
+            "shop",
+            "order.noted",
+            Handler::new().named_step("note", AnnounceThenAwaitFile { go: None }),
+        );
+    let engine = engine(&db, handlers);
+    for (id, kind) in [("evt_final", "order.settled"), ("evt_next", "order.noted")] {
+        engine
+            .accept(NewEvent::with_id("shop", id, kind, json!({})))
+            .await
+            .unwrap();
+    }
+
+    let mut victim = worker_process(&db, "victim", &["--concurrency", "1"]);
+    line_starting_with(&mut victim, &format!("{STEP_RAN} evt_final 1")).await;
+
+    // The claim has committed and the step is waiting for the go: lock the
+    // event's row, then let the step return. Its final mark now waits on
+    // this lock.
+    let mut locker = sqlx::PgConnection::connect(&db.url).await.unwrap();
+    let locker_pid: i32 = sqlx::query_scalar("SELECT pg_backend_pid()")
+        .fetch_one(&mut locker)
+        .await
+        .unwrap();
+    sqlx::query("BEGIN").execute(&mut locker).await.unwrap();
+    sqlx::query("SELECT 1 FROM tickmark_events WHERE dedup_key = 'evt_final' FOR UPDATE")
+        .execute(&mut locker)
+        .await
+        .unwrap();
+    std::fs::write(&go, b"go").unwrap();
+
+    let blocked_marks = format!(
+        "SELECT count(*) FROM pg_stat_activity \
+         WHERE {locker_pid} = ANY(pg_blocking_pids(pid)) AND query LIKE '%WITH marks AS%'"
+    );
+    wait::until(
+        "the final mark waits on the row lock",
+        Duration::from_secs(60),
+        || async { db.probe.scalar(&blocked_marks).await == 1 },
+    )
+    .await;
+
+    // With its one slot handed on, the worker runs the next event to the
+    // end while the first event's final mark is still in flight.
+    line_starting_with(&mut victim, &format!("{STEP_RAN} evt_next 1")).await;
+    wait::until(
+        "the next event is done",
+        Duration::from_secs(60),
+        || async {
+            let next = db.store.event_find("shop", "evt_next").await.unwrap();
+            next.is_some_and(|r| r.state == EventState::Done)
+        },
+    )
+    .await;
+    let pending = db
+        .store
+        .event_find("shop", "evt_final")
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        (pending.state, pending.next_step),
+        (EventState::Running, 0),
+        "the first event's final mark has not committed"
+    );
+
+    victim.start_kill().expect("SIGKILL");
+    let status = victim.wait().await.unwrap();
+    assert!(!status.success(), "killed, not exited: {status:?}");
+    // A dead client's statement is ended by the server once it notices;
+    // end it now (and anything else of the victim's waiting on the lock).
+    let ended: Vec<bool> = sqlx::query(&format!(
+        "SELECT pg_terminate_backend(pid) FROM pg_stat_activity \
+         WHERE {locker_pid} = ANY(pg_blocking_pids(pid))"
+    ))
+    .fetch_all(&mut locker)
+    .await
+    .unwrap()
+    .iter()
+    .map(|row| row.get(0))
+    .collect();
+    assert!(!ended.is_empty() && ended.iter().all(|&e| e), "{ended:?}");
+    sqlx::query("ROLLBACK").execute(&mut locker).await.unwrap();
+
+    let stats = engine
+        .worker(quick_worker("rescuer"))
+        .expect("valid worker settings")
+        .run_until_idle()
+        .await
+        .unwrap();
+    assert_eq!(
+        stats.takeovers, 1,
+        "the rescuer took over the expired lease"
+    );
+
+    let record = db
+        .store
+        .event_find("shop", "evt_final")
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!((record.state, record.takeovers), (EventState::Done, 1));
+    assert_eq!(record.lease_owner.as_deref(), Some("rescuer"));
+    let steps = db.store.step_status(record.event.seq).await.unwrap();
+    let marked: Vec<_> = steps.iter().map(|s| (s.state, s.attempts)).collect();
+    assert_eq!(
+        marked,
+        [(StepState::Done, 2)],
+        "one mark on record: the rescuer's, on the second attempt"
+    );
+    assert_eq!(
+        steps[0].output.as_ref().and_then(|o| o.get("attempt")),
+        Some(&json!(2)),
+        "the killed worker's mark never applied"
+    );
+    assert_eq!(
+        db.probe.runs("evt_final", "settle").await,
+        2,
+        "the step whose mark was lost ran again, with the same key"
+    );
+    assert_eq!(db.probe.runs("evt_next", "note").await, 1);
 }
 
 /// The first line of `child`'s stdout that starts with `prefix` (other lines,

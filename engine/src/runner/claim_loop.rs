@@ -98,12 +98,17 @@ impl ClaimLoop {
         while let Some(joined) = self.tasks.try_join_next() {
             report_panic(joined);
         }
-        while self.tasks.len() < self.shared.config.concurrency {
+        while self.has_room() {
             let Some(event) = self.ready.pop_front() else {
                 break;
             };
             start_event(&mut self.tasks, &self.shared, event);
         }
+    }
+
+    /// Whether an event can start now: a slot is free.
+    fn has_room(&self) -> bool {
+        self.shared.slots.running() < self.shared.config.concurrency
     }
 
     /// How many events to claim now, if any.
@@ -116,11 +121,11 @@ impl ClaimLoop {
         } else {
             0
         };
-        let free =
-            (config.concurrency + prefetch).saturating_sub(self.tasks.len() + self.ready.len());
+        let running = self.shared.slots.running();
+        let free = (config.concurrency + prefetch).saturating_sub(running + self.ready.len());
         // Under a backlog, claim in batches (a quarter of the concurrency
         // at least) instead of one event each time one finishes.
-        let min_claim = if self.tasks.is_empty() || self.last_claim.elapsed() >= BATCH_WINDOW {
+        let min_claim = if running == 0 || self.last_claim.elapsed() >= BATCH_WINDOW {
             1
         } else {
             (config.concurrency / 4).max(1)
@@ -159,7 +164,7 @@ impl ClaimLoop {
                 self.backlog = full_batch;
                 for event in events {
                     let held = hold_event(&shared, event, claimed_at);
-                    if self.tasks.len() < config.concurrency {
+                    if self.has_room() {
                         start_event(&mut self.tasks, &shared, held);
                     } else {
                         self.ready.push_back(held);
@@ -180,10 +185,11 @@ impl ClaimLoop {
 
     /// Wait for what could make the next claim worthwhile.
     async fn wait(&mut self, shutdown: &CancellationToken) -> Flow {
-        if self.backlog && !self.tasks.is_empty() {
+        if self.backlog && self.shared.slots.running() > 0 {
             // More is due: wait for room, not for a wake-up or a poll.
             tokio::select! {
                 _ = shutdown.cancelled() => return Flow::Stop,
+                _ = self.shared.slots.freed() => {}
                 Some(joined) = self.tasks.join_next() => report_panic(joined),
                 _ = tokio::time::sleep(BATCH_WINDOW) => {}
             }
@@ -196,7 +202,7 @@ impl ClaimLoop {
     /// the polling interval: a wake-up can be missed).
     async fn idle(&mut self, shutdown: &CancellationToken) -> Flow {
         let config = &self.shared.config;
-        let has_room = self.tasks.len() < config.concurrency;
+        let has_room = self.has_room();
         let nap = if has_room {
             match self.shared.store.event_next_due().await {
                 Ok(Some(due)) => due.clamp(MIN_NAP, config.poll_every),
@@ -209,6 +215,7 @@ impl ClaimLoop {
         tokio::select! {
             _ = shutdown.cancelled() => return Flow::Stop,
             _ = wait_for_wakeup(&mut self.wakeups), if has_room => {}
+            _ = self.shared.slots.freed(), if !has_room => {}
             Some(joined) = self.tasks.join_next(), if !self.tasks.is_empty() => report_panic(joined),
             _ = tokio::time::sleep(nap) => {}
         }

@@ -1,6 +1,9 @@
 //! A claimed event on its way through this worker: held (its lease in the
-//! book, so the heartbeat renews it), then run in a task of its own under its
-//! source's and kind's limits, counted in `in_flight` however the task ends.
+//! book, so the heartbeat renews it), then run in a task of its own in one of
+//! the worker's slots and under its source's and kind's limits, counted in
+//! `in_flight` however the task ends. The lease is held until the task ends,
+//! which is after the event's last mark is durable, even when the slot was
+//! handed on before (`slots.rs`).
 
 use std::sync::Arc;
 
@@ -63,7 +66,7 @@ pub(super) fn start_event(tasks: &mut JoinSet<()>, shared: &Arc<RunnerShared>, e
         // Its lease was lost while it waited: another worker has it.
         return;
     }
-    let Some(slot) = shared
+    let Some(limit) = shared
         .limits
         .try_take(&claimed.event.source, &claimed.event.kind)
     else {
@@ -79,6 +82,7 @@ pub(super) fn start_event(tasks: &mut JoinSet<()>, shared: &Arc<RunnerShared>, e
         return;
     };
     let took_over = claimed.took_over;
+    let mut slot = shared.slots.take();
     shared.signals.update(|s| s.in_flight += 1);
     let span = tracing::info_span!(
         "event",
@@ -92,13 +96,14 @@ pub(super) fn start_event(tasks: &mut JoinSet<()>, shared: &Arc<RunnerShared>, e
     tasks.spawn(
         async move {
             let _held = held;
-            let _slot = slot;
+            let _limit = limit;
             let _in_flight = InFlight(shared.signals.clone());
             if took_over {
                 tracing::warn!("took over an expired lease: resuming at the first unfinished step");
             }
             let started = Instant::now();
-            let end = run_event(&shared, claimed, cancel).await;
+            let end = run_event(&shared, claimed, cancel, &mut slot).await;
+            drop(slot);
             shared.pace.record(started.elapsed());
             shared.signals.update(|s| match end {
                 EventEnd::Done => s.events_done += 1,

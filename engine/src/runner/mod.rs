@@ -12,6 +12,7 @@ mod run_step;
 mod settle;
 mod shared;
 mod signals;
+mod slots;
 mod worker;
 
 pub use config::{WorkerConfig, WorkerConfigError};

@@ -13,6 +13,7 @@ use super::event_end::EventEnd;
 use super::run_step::{run_step, StepInputs, StepRun};
 use super::settle::Settle;
 use super::shared::RunnerShared;
+use super::slots::Slot;
 use crate::context::StepOutputs;
 use crate::plan::Plan;
 use crate::step::FailureKind;
@@ -23,9 +24,10 @@ pub(crate) async fn run_event(
     shared: &RunnerShared,
     claimed: ClaimedEvent,
     cancel: CancellationToken,
+    slot: &mut Slot,
 ) -> EventEnd {
     match EventRun::prepare(shared, &claimed, &cancel).await {
-        Ok(run) => run.run_steps().await,
+        Ok(run) => run.run_steps(slot).await,
         Err(end) => end,
     }
 }
@@ -117,10 +119,10 @@ impl<'a> EventRun<'a> {
     }
 
     /// Run the steps in order until the last is marked done, or one stops the run.
-    async fn run_steps(mut self) -> EventEnd {
+    async fn run_steps(mut self, slot: &mut Slot) -> EventEnd {
         let mut attempt = u32::try_from(self.claimed.attempt).unwrap_or(1).max(1);
         for position in self.first..self.plan.len() {
-            if let Err(end) = self.run_step_at(position, attempt).await {
+            if let Err(end) = self.run_step_at(position, attempt, slot).await {
                 return end;
             }
             // The next step starts on its first attempt (the mark counted it).
@@ -130,8 +132,16 @@ impl<'a> EventRun<'a> {
     }
 
     /// Run step `position` (its `attempt`-th attempt) and settle the outcome:
-    /// `Ok` when it was marked done and the run goes on.
-    async fn run_step_at(&mut self, position: usize, attempt: u32) -> Result<(), EventEnd> {
+    /// `Ok` when it was marked done and the run goes on. Before a mark that
+    /// ends the run (the last step done, a failure, a snooze), the slot is
+    /// handed on to the next event; the lease is kept until the mark is
+    /// durable.
+    async fn run_step_at(
+        &mut self,
+        position: usize,
+        attempt: u32,
+        slot: &mut Slot,
+    ) -> Result<(), EventEnd> {
         let shared = self.shared;
         let plan = Arc::clone(&self.plan);
         let planned = &plan.steps[position];
@@ -194,6 +204,9 @@ impl<'a> EventRun<'a> {
                 result: Ok(output),
                 transaction,
             }) => {
+                if position + 1 == plan.len() {
+                    slot.hand_on();
+                }
                 settle.mark_done(&step, &output, transaction).await?;
                 self.outputs.insert(planned.name.clone(), output);
                 Ok(())
@@ -204,6 +217,7 @@ impl<'a> EventRun<'a> {
             }) => {
                 // Roll back whatever a transactional step wrote.
                 drop(transaction);
+                slot.hand_on();
                 Err(match failure.kind() {
                     FailureKind::Snooze { delay } => settle.snooze(delay, &failure).await,
                     _ => settle.mark_failed(&step, &failure, &retry).await,

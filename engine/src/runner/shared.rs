@@ -1,5 +1,5 @@
 //! What a worker's event tasks share: the store, the handlers, the lease book,
-//! the limits, and the two stop signals.
+//! the limits, the slots, and the two stop signals.
 
 use std::sync::Arc;
 
@@ -8,6 +8,7 @@ use tokio_util::sync::CancellationToken;
 use super::limits::Limits;
 use super::pace::Pace;
 use super::plan_cache::PlanCache;
+use super::slots::Slots;
 use super::{WorkerConfig, WorkerSignals};
 use crate::claim::LeaseBook;
 use crate::handler::Registry;
@@ -26,6 +27,8 @@ pub(crate) struct RunnerShared {
     pub signals: WorkerSignals,
     pub book: Arc<LeaseBook>,
     pub limits: Arc<Limits>,
+    /// How many events run steps at once, and which wait for their final mark.
+    pub slots: Arc<Slots>,
     pub plans: PlanCache,
     pub pace: Pace,
     /// Stop claiming; running events stop at their next step boundary.

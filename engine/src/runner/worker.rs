@@ -13,6 +13,7 @@ use super::limits::Limits;
 use super::pace::Pace;
 use super::plan_cache::PlanCache;
 use super::shared::RunnerShared;
+use super::slots::Slots;
 use super::{WorkerConfig, WorkerSignals, WorkerStats};
 use crate::claim::{heartbeat_loop, LeaseBook};
 use crate::handler::Registry;
@@ -81,6 +82,7 @@ impl Worker {
             self.config.source_limits.clone(),
             self.config.kind_limits.clone(),
         );
+        let slots = Slots::new(self.config.concurrency);
         Arc::new(RunnerShared {
             store: self.store,
             registry: self.registry,
@@ -90,6 +92,7 @@ impl Worker {
             signals: self.signals,
             book: Arc::new(LeaseBook::default()),
             limits: Arc::new(limits),
+            slots,
             plans: PlanCache::default(),
             pace: Pace::default(),
             shutdown: shutdown.clone(),
