@@ -272,13 +272,13 @@ impl Admin for PostgresStore {
         include_dead: bool,
         batch: u32,
     ) -> Result<u64, StoreError> {
-        let result = sqlx::query(sql::EVENT_PRUNE)
+        let pruned: i64 = sqlx::query_scalar(sql::EVENT_PRUNE)
             .bind(older_than.as_secs_f64())
             .bind(include_dead)
             .bind(i64::from(batch))
-            .execute(&self.pool)
+            .fetch_one(&self.pool)
             .await?;
-        Ok(result.rows_affected())
+        Ok(u64::try_from(pruned).unwrap_or(0))
     }
 
     async fn sources(&self) -> Result<Vec<String>, StoreError> {

@@ -141,10 +141,12 @@ pub const AUDIT_INSERT: &str = "
 pub const NOTIFY: &str = "SELECT pg_notify($1, '')";
 
 /// Delete up to `$3` finished events received more than `$1` seconds ago
-/// (dead ones too when `$2`), oldest first; their steps and audit rows go
-/// with them (`ON DELETE CASCADE`). Rows an action holds are skipped, and the
-/// state is checked again on the locked row.
+/// (dead ones too when `$2`), oldest first, with their steps (deleted here:
+/// migration 0006 dropped that foreign key) and audit rows (`ON DELETE
+/// CASCADE`); the number of events deleted. Rows an action holds are
+/// skipped, and the state is checked again on the locked row.
 pub const EVENT_PRUNE: &str = "
+    WITH gone AS (
     DELETE FROM tickmark_events
     WHERE id IN (
         SELECT id FROM tickmark_events
@@ -154,4 +156,10 @@ pub const EVENT_PRUNE: &str = "
         LIMIT $3
         FOR UPDATE SKIP LOCKED
     )
-    AND (state IN ('done', 'ignored', 'cancelled', 'stale') OR ($2 AND state = 'dead'))";
+    AND (state IN ('done', 'ignored', 'cancelled', 'stale') OR ($2 AND state = 'dead'))
+    RETURNING id
+    ),
+    steps AS (
+        DELETE FROM tickmark_steps WHERE event_seq IN (SELECT id FROM gone)
+    )
+    SELECT count(*) FROM gone";
