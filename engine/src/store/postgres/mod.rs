@@ -232,9 +232,13 @@ fn insert_many(
     })
 }
 
-/// Concurrent marks share a commit; two flushers keep one batch gathering
-/// while the other is being written.
-const MARK_FLUSHERS: usize = 3;
+/// Concurrent marks share a commit. One flusher: the marks that arrive while
+/// a batch is being written wait for it and go together in the next one. A
+/// second or third flusher wrote smaller batches side by side, and on two
+/// cores the extra statements cost more than the wait they saved (1 no-op
+/// step at concurrency 16: ~7,000 events/s with one, ~5,100 with two, ~4,200
+/// with three; at 256 the three were level; docs/performance.md).
+const MARK_FLUSHERS: usize = 1;
 /// Most marks in one statement.
 const MAX_MARK_BATCH: usize = 512;
 /// Most marks waiting for a statement; beyond it a mark waits for room.
