@@ -29,6 +29,7 @@ use serde::{Deserialize, Serialize};
 use tickmark::{Engine, Handler, Handlers, NewEvent, Step, StepContext, StepResult, WorkerConfig};
 use tickmark_examples::bench::database::ScratchDatabase;
 use tickmark_examples::bench::dispatch::{self, Stamp, StartTimes};
+use tickmark_examples::bench::phases::Phases;
 use tickmark_examples::bench::{naive, process, stats};
 use tokio_util::sync::CancellationToken;
 
@@ -62,6 +63,10 @@ struct Args {
     /// Skip the naive ceiling.
     #[arg(long)]
     no_naive: bool,
+    /// Print where the drain's time went: the engine's `claim`, `event`,
+    /// `step` and `mark` spans, summed (adds the cost of debug spans).
+    #[arg(long)]
+    phases: bool,
 }
 
 /// A step that does nothing: what is measured is the engine's own cost.
@@ -98,6 +103,19 @@ struct Figures {
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let args = Args::parse();
+    let phases = args.phases.then(|| {
+        use tracing_subscriber::layer::SubscriberExt;
+        use tracing_subscriber::Layer;
+        let phases = Phases::default();
+        let subscriber = tracing_subscriber::registry().with(
+            phases.layer().with_filter(
+                tracing_subscriber::filter::Targets::new()
+                    .with_target("tickmark", tracing::Level::DEBUG),
+            ),
+        );
+        tracing::subscriber::set_global_default(subscriber).map(|()| phases)
+    });
+    let phases = phases.transpose()?;
     let base = args.database_url.as_deref();
     let backlog = args.backlog.max(args.events);
     let mut figures = Figures {
@@ -119,7 +137,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         "sqlite"
     }
     .to_owned();
-    let drained = drain(&args, &db.url, backlog).await;
+    let drained = drain(&args, &db.url, backlog, phases.as_ref()).await;
     db.remove().await?;
     let (accept_per_s, events_per_s) = drained?;
     figures.accept_per_s = accept_per_s;
@@ -164,6 +182,7 @@ async fn drain(
     args: &Args,
     url: &str,
     backlog: usize,
+    phases: Option<&Phases>,
 ) -> Result<(f64, f64), Box<dyn std::error::Error>> {
     let store = tickmark::connect(url).await?;
     let mut handler = Handler::new();
@@ -202,6 +221,9 @@ async fn drain(
     let worker = engine.worker(config)?;
     let mut stats = worker.stats();
     let shutdown = CancellationToken::new();
+    if let Some(phases) = phases {
+        phases.reset();
+    }
     let started = Instant::now();
     let running = tokio::spawn(worker.run(shutdown.clone()));
     let target = args.events as u64;
@@ -218,6 +240,9 @@ async fn drain(
         stats.changed().await?;
     }
     let elapsed = started.elapsed();
+    if let Some(phases) = phases {
+        tickmark_examples::bench::phases::print(&phases.snapshot(), args.workers, elapsed, target);
+    }
     shutdown.cancel();
     running.await??;
     Ok((accept_per_s, args.events as f64 / elapsed.as_secs_f64()))
