@@ -8,6 +8,13 @@
 //! filters each row on its own state and fencing token, and each caller learns
 //! its own outcome.
 //!
+//! How flushers overlap is the caller's choice ([`Overlap`]): side by side
+//! (each writes as soon as it has an item), or one at a time, where a flusher
+//! waits for the batch in flight to commit (gathering whatever arrives
+//! meanwhile into its own, bigger batch) unless that batch has been in flight
+//! for longer than a stall limit, so a batch stuck on a lock holds up the
+//! others for that long and no longer.
+//!
 //! The queue is bounded: at most `capacity` items wait for a flusher. A
 //! caller that must get through (a worker's mark) waits for room
 //! ([`GroupCommit::submit`]); a caller that can be told to come back (an
@@ -18,10 +25,12 @@
 
 use std::future::Future;
 use std::pin::Pin;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
+use std::time::Duration;
 
 use tokio::sync::mpsc::error::TrySendError;
-use tokio::sync::{mpsc, oneshot, Mutex};
+use tokio::sync::{mpsc, oneshot, Mutex, Notify};
 
 use super::StoreError;
 
@@ -45,6 +54,63 @@ pub(crate) fn copy_error(error: &StoreError) -> StoreError {
     }
 }
 
+/// How a queue's flushers overlap.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Overlap {
+    /// Each flusher writes as soon as it has an item.
+    SideBySide,
+    /// A flusher with items waits while another batch is in flight, for at
+    /// most this long (then it writes anyway: the batch in flight is stuck).
+    OneAtATime {
+        /// How long a batch in flight may hold up the next.
+        stall_after: Duration,
+    },
+}
+
+/// The batches in flight, for [`Overlap::OneAtATime`].
+#[derive(Default)]
+struct InFlight {
+    batches: AtomicUsize,
+    committed: Notify,
+}
+
+impl InFlight {
+    /// Wait until no batch is in flight, or `stall_after` has passed.
+    async fn wait_turn(&self, stall_after: Duration) {
+        let deadline = tokio::time::Instant::now() + stall_after;
+        loop {
+            let committed = self.committed.notified();
+            tokio::pin!(committed);
+            // Registered before the check, so a commit in between is seen.
+            committed.as_mut().enable();
+            if self.batches.load(Ordering::Acquire) == 0 {
+                return;
+            }
+            tokio::select! {
+                _ = committed => {}
+                _ = tokio::time::sleep_until(deadline) => return,
+            }
+        }
+    }
+}
+
+/// Counts one batch in flight until dropped (however its flush ends).
+struct Flying(Arc<InFlight>);
+
+impl Flying {
+    fn start(in_flight: &Arc<InFlight>) -> Self {
+        in_flight.batches.fetch_add(1, Ordering::AcqRel);
+        Self(Arc::clone(in_flight))
+    }
+}
+
+impl Drop for Flying {
+    fn drop(&mut self) {
+        self.0.batches.fetch_sub(1, Ordering::AcqRel);
+        self.0.committed.notify_waiters();
+    }
+}
+
 /// A group-commit queue. Dropping it stops its flushers once the queue drains.
 pub(crate) struct GroupCommit<T, R> {
     sender: mpsc::Sender<Queued<T, R>>,
@@ -58,22 +124,34 @@ impl<T, R> std::fmt::Debug for GroupCommit<T, R> {
 
 impl<T: Send + 'static, R: Send + 'static> GroupCommit<T, R> {
     /// Start `flushers` tasks that write batches of at most `max_batch` items
-    /// with `flush`, with room for `capacity` items waiting.
-    pub fn start(flushers: usize, max_batch: usize, capacity: usize, flush: FlushFn<T, R>) -> Self {
+    /// with `flush`, overlapping as `overlap` says, with room for `capacity`
+    /// items waiting.
+    pub fn start(
+        flushers: usize,
+        overlap: Overlap,
+        max_batch: usize,
+        capacity: usize,
+        flush: FlushFn<T, R>,
+    ) -> Self {
         let (sender, receiver) = mpsc::channel::<Queued<T, R>>(capacity.max(1));
         let receiver = Arc::new(Mutex::new(receiver));
+        let in_flight = Arc::new(InFlight::default());
         for _ in 0..flushers.max(1) {
             let receiver = Arc::clone(&receiver);
             let flush = Arc::clone(&flush);
+            let in_flight = Arc::clone(&in_flight);
             tokio::spawn(async move {
                 loop {
                     let mut batch = Vec::new();
-                    {
+                    let flying = {
                         // One flusher gathers at a time; the others are writing.
                         let mut receiver = receiver.lock().await;
                         let Some(first) = receiver.recv().await else {
                             return;
                         };
+                        if let Overlap::OneAtATime { stall_after } = overlap {
+                            in_flight.wait_turn(stall_after).await;
+                        }
                         batch.push(first);
                         while batch.len() < max_batch {
                             match receiver.try_recv() {
@@ -81,10 +159,13 @@ impl<T: Send + 'static, R: Send + 'static> GroupCommit<T, R> {
                                 Err(_) => break,
                             }
                         }
-                    }
+                        // Counted before the next flusher may gather.
+                        Flying::start(&in_flight)
+                    };
                     let (items, replies): (Vec<T>, Vec<oneshot::Sender<R>>) =
                         batch.into_iter().map(|q| (q.item, q.reply)).unzip();
                     let answers = flush(items).await;
+                    drop(flying);
                     for (reply, answer) in replies.into_iter().zip(answers) {
                         let _ = reply.send(answer);
                     }
@@ -154,7 +235,7 @@ mod tests {
                 items.into_iter().map(|i| i * 10).collect()
             })
         });
-        let queue = Arc::new(GroupCommit::start(1, 64, 128, flush));
+        let queue = Arc::new(GroupCommit::start(1, Overlap::SideBySide, 64, 128, flush));
         let calls = (0..100u32).map(|i| {
             let queue = Arc::clone(&queue);
             tokio::spawn(async move { (i, queue.submit(i).await.unwrap()) })
@@ -195,7 +276,7 @@ mod tests {
                 items
             })
         });
-        let queue = Arc::new(GroupCommit::start(1, 1, 2, flush));
+        let queue = Arc::new(GroupCommit::start(1, Overlap::SideBySide, 1, 2, flush));
         let submit = |i: u32| {
             let queue = Arc::clone(&queue);
             tokio::spawn(async move { (i, queue.submit(i).await) })
@@ -218,5 +299,69 @@ mod tests {
             assert_eq!(answer.unwrap(), i);
         }
         assert_eq!(queue.try_submit(4).await.unwrap(), 4);
+    }
+
+    /// One at a time: while a batch is in flight the next waits and grows,
+    /// so batches never overlap; but a batch stuck past the stall limit does
+    /// not hold the others up.
+    #[tokio::test]
+    async fn one_at_a_time_batches_do_not_overlap_unless_one_is_stuck() {
+        let flying = Arc::new(AtomicUsize::new(0));
+        let most = Arc::new(AtomicUsize::new(0));
+        let (counted, seen) = (Arc::clone(&flying), Arc::clone(&most));
+        let flush: FlushFn<u32, u32> = Arc::new(move |items: Vec<u32>| {
+            let (flying, most) = (Arc::clone(&counted), Arc::clone(&seen));
+            Box::pin(async move {
+                let now = flying.fetch_add(1, Ordering::SeqCst) + 1;
+                most.fetch_max(now, Ordering::SeqCst);
+                if items.contains(&u32::MAX) {
+                    // Stuck (on a lock, say) until the test ends.
+                    std::future::pending::<()>().await;
+                }
+                tokio::time::sleep(std::time::Duration::from_millis(2)).await;
+                flying.fetch_sub(1, Ordering::SeqCst);
+                items
+            })
+        });
+        let overlap = Overlap::OneAtATime {
+            stall_after: std::time::Duration::from_secs(3600),
+        };
+        let queue = Arc::new(GroupCommit::start(3, overlap, 64, 128, flush));
+        let calls: Vec<_> = (0..60u32)
+            .map(|i| {
+                let queue = Arc::clone(&queue);
+                tokio::spawn(async move { (i, queue.submit(i).await.unwrap()) })
+            })
+            .collect();
+        for call in calls {
+            let (i, answer) = call.await.unwrap();
+            assert_eq!(answer, i);
+        }
+        assert_eq!(most.load(Ordering::SeqCst), 1, "batches overlapped");
+
+        let overlap = Overlap::OneAtATime {
+            stall_after: std::time::Duration::from_millis(20),
+        };
+        let flush: FlushFn<u32, u32> = Arc::new(|items: Vec<u32>| {
+            Box::pin(async move {
+                if items.contains(&u32::MAX) {
+                    std::future::pending::<()>().await;
+                }
+                items
+            })
+        });
+        let queue = Arc::new(GroupCommit::start(3, overlap, 1, 128, flush));
+        let stuck = {
+            let queue = Arc::clone(&queue);
+            tokio::spawn(async move { queue.submit(u32::MAX).await })
+        };
+        for i in 0..5 {
+            let answer = tokio::time::timeout(std::time::Duration::from_secs(20), queue.submit(i))
+                .await
+                .expect("a stuck batch holds the next one up for the stall limit only");
+            assert_eq!(answer.unwrap(), i);
+        }
+        assert!(!stuck.is_finished());
+        stuck.abort();
     }
 }

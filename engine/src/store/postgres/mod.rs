@@ -19,7 +19,7 @@ use super::{
     StepStatus, StepTransaction, Store, StoreError, Wakeups,
 };
 use crate::event::Event;
-use crate::store::group_commit::{copy_error, FlushFn, GroupCommit};
+use crate::store::group_commit::{copy_error, FlushFn, GroupCommit, Overlap};
 use crate::store::records::{OwnedEventInsert, OwnedMarkDone};
 use crate::store::transaction::Inner;
 
@@ -83,12 +83,16 @@ impl PostgresStore {
         let store = Self {
             inserts: Arc::new(GroupCommit::start(
                 INSERT_FLUSHERS,
+                Overlap::SideBySide,
                 MAX_INSERT_BATCH,
                 INSERT_QUEUE,
                 insert_many(pool.clone(), channel.clone()),
             )),
             marks: Arc::new(GroupCommit::start(
                 MARK_FLUSHERS,
+                Overlap::OneAtATime {
+                    stall_after: MARK_STALL,
+                },
                 MAX_MARK_BATCH,
                 MARK_QUEUE,
                 mark_many(pool.clone()),
@@ -232,13 +236,17 @@ fn insert_many(
     })
 }
 
-/// Concurrent marks share a commit. One flusher: the marks that arrive while
-/// a batch is being written wait for it and go together in the next one. A
-/// second or third flusher wrote smaller batches side by side, and on two
+/// Concurrent marks share a commit, one batch at a time: the marks that
+/// arrive while a batch is being written wait for it and go together in the
+/// next one. Flushers writing side by side wrote smaller batches, and on two
 /// cores the extra statements cost more than the wait they saved (1 no-op
-/// step at concurrency 16: ~7,000 events/s with one, ~5,100 with two, ~4,200
-/// with three; at 256 the three were level; docs/performance.md).
-const MARK_FLUSHERS: usize = 1;
+/// step at concurrency 16: ~7,000 events/s one at a time, ~5,100 with two
+/// side by side, ~4,200 with three; at 256 level; docs/performance.md).
+/// Three flushers still, so a batch stuck on a row lock (an operator's
+/// transaction, say) holds up the others for [`MARK_STALL`] and no longer.
+const MARK_FLUSHERS: usize = 3;
+/// How long a mark batch in flight may hold up the next one.
+const MARK_STALL: Duration = Duration::from_millis(20);
 /// Most marks in one statement.
 const MAX_MARK_BATCH: usize = 512;
 /// Most marks waiting for a statement; beyond it a mark waits for room.

@@ -33,7 +33,7 @@ use super::{
     StepStatus, StepTransaction, Store, StoreError, Wakeups,
 };
 use crate::event::{Event, EventState};
-use crate::store::group_commit::{copy_error, FlushFn, GroupCommit};
+use crate::store::group_commit::{copy_error, FlushFn, GroupCommit, Overlap};
 use crate::store::records::{OwnedEventInsert, OwnedMarkDone};
 use crate::store::transaction::Inner;
 use time::{format_time, parse_time, parse_time_opt};
@@ -99,12 +99,14 @@ impl SqliteStore {
         let store = Self {
             inserts: Arc::new(GroupCommit::start(
                 1,
+                Overlap::SideBySide,
                 MAX_INSERT_BATCH,
                 INSERT_QUEUE,
                 insert_many(pool.clone(), Arc::clone(&write_turn)),
             )),
             marks: Arc::new(GroupCommit::start(
                 1,
+                Overlap::SideBySide,
                 MAX_MARK_BATCH,
                 MARK_QUEUE,
                 mark_many(pool.clone(), Arc::clone(&write_turn)),
