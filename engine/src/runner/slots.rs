@@ -7,14 +7,21 @@
 //! event's lease stays in the book (the heartbeat renews it) until that mark
 //! is durable, and a refused or failed commit is handled as before, as a lost
 //! lease. So a slot does not sit idle for a commit's round trip at the end of
-//! every event. At most `concurrency` events wait for their final mark at
-//! once; beyond that, an event keeps its slot until its mark commits, so a
-//! stalled database cannot make a worker take on more and more events.
+//! every event. At most [`FINISHING_PER_SLOT`] × `concurrency` events wait
+//! for their final mark at once; beyond that, an event keeps its slot until
+//! its mark commits, so a stalled database cannot make a worker take on more
+//! and more events.
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
 use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore};
+
+/// How many events may wait for their final mark, per slot. More than one:
+/// a mark batch commits in a few milliseconds, and quick events finish many
+/// times faster than that (1 no-op step at concurrency 16: ~9,000 events/s
+/// at 1 per slot, ~11,800 at 4; docs/performance.md).
+const FINISHING_PER_SLOT: usize = 4;
 
 /// The slots of one worker.
 #[derive(Debug)]
@@ -30,7 +37,9 @@ impl Slots {
         Arc::new(Self {
             running: AtomicUsize::new(0),
             freed: Notify::new(),
-            finishing: Arc::new(Semaphore::new(concurrency.max(1))),
+            finishing: Arc::new(Semaphore::new(
+                concurrency.max(1).saturating_mul(FINISHING_PER_SLOT),
+            )),
         })
     }
 
@@ -72,8 +81,8 @@ pub(crate) struct Slot {
 impl Slot {
     /// The event's steps have all run and its last mark is about to be
     /// committed: hand the slot on to the next event, if fewer than
-    /// `concurrency` events are already waiting for their final mark
-    /// (otherwise keep it until this event ends).
+    /// [`FINISHING_PER_SLOT`] × `concurrency` events are already waiting for
+    /// their final mark (otherwise keep it until this event ends).
     pub fn hand_on(&mut self) {
         let Some(slots) = &self.slots else {
             return;
@@ -122,20 +131,25 @@ mod tests {
     }
 
     #[test]
-    fn at_most_concurrency_events_wait_for_their_final_mark() {
+    fn at_most_four_events_per_slot_wait_for_their_final_mark() {
         let slots = Slots::new(1);
-        let mut first = slots.take();
-        first.hand_on();
-        let mut second = slots.take();
-        second.hand_on();
-        assert!(second.holds(), "one event already waits for its mark");
+        let mut waiting = Vec::new();
+        for _ in 0..FINISHING_PER_SLOT {
+            let mut slot = slots.take();
+            slot.hand_on();
+            assert!(!slot.holds());
+            waiting.push(slot);
+        }
+        let mut next = slots.take();
+        next.hand_on();
+        assert!(next.holds(), "the window of waiting final marks is full");
         assert_eq!(slots.running(), 1);
-        drop(first);
-        // The first mark committed: the next event may hand on again.
-        let mut third = slots.take();
-        third.hand_on();
-        assert!(!third.holds());
-        drop(second);
+        drop(waiting.pop());
+        // A final mark committed: the next event may hand on again.
+        let mut after = slots.take();
+        after.hand_on();
+        assert!(!after.holds());
+        drop(next);
         assert_eq!(slots.running(), 0);
     }
 
