@@ -43,14 +43,11 @@ pub struct WorkerConfig {
     pub name: String,
     /// Events run at once by this worker.
     pub concurrency: usize,
-    /// Most events leased by one claim (default: 4 × concurrency, at most 256).
+    /// Most events leased by one claim.
     pub claim_batch: u32,
     /// Events claimed ahead of a free slot, while events finish quickly (each
     /// waits holding its lease, so a claim's round trip overlaps running
     /// work). Ignored once events take long: then nothing is claimed ahead.
-    /// Default: 4 × concurrency, at most 256. If the worker dies, the events
-    /// it claimed ahead wait for their leases to expire, as a running one
-    /// does.
     pub prefetch: usize,
     /// How long a claim or heartbeat leases an event. After a crash, the event
     /// resumes at most this long after the last heartbeat.
@@ -68,19 +65,14 @@ pub struct WorkerConfig {
     pub kind_limits: BTreeMap<(String, String), usize>,
 }
 
-/// Events claimed (and claimed ahead) per slot, by default.
-const AHEAD_PER_SLOT: usize = 4;
-/// The most events one claim takes, and the most claimed ahead, by default.
-const MOST_AHEAD: usize = 256;
-
 impl Default for WorkerConfig {
     fn default() -> Self {
         let lease = Duration::from_secs(30);
         Self {
             name: default_name(),
             concurrency: 16,
-            claim_batch: 64,
-            prefetch: 64,
+            claim_batch: 16,
+            prefetch: 8,
             lease,
             heartbeat_every: lease / 3,
             poll_every: Duration::from_secs(2),
@@ -99,18 +91,11 @@ impl WorkerConfig {
         self
     }
 
-    /// Set concurrency, and the claim batch and prefetch to match (4 ×
-    /// concurrency each, at most 256: quick events are claimed well ahead,
-    /// so a claim's round trip never leaves a slot waiting; measured in
-    /// docs/performance.md).
+    /// Set concurrency, and the claim batch to match.
     pub fn with_concurrency(mut self, concurrency: usize) -> Self {
         self.concurrency = concurrency.max(1);
-        let ahead = self
-            .concurrency
-            .saturating_mul(AHEAD_PER_SLOT)
-            .min(MOST_AHEAD);
-        self.claim_batch = u32::try_from(ahead).unwrap_or(u32::MAX);
-        self.prefetch = ahead;
+        self.claim_batch = u32::try_from(self.concurrency).unwrap_or(u32::MAX);
+        self.prefetch = self.concurrency / 2;
         self
     }
 
