@@ -61,6 +61,8 @@ pub(crate) enum Overlap {
     SideBySide,
     /// A flusher with items waits while another batch is in flight, for at
     /// most this long (then it writes anyway: the batch in flight is stuck).
+    /// (PostgreSQL's marks; SQLite has one writer and one flusher.)
+    #[cfg_attr(not(feature = "postgres"), allow(dead_code))]
     OneAtATime {
         /// How long a batch in flight may hold up the next.
         stall_after: Duration,
