@@ -19,8 +19,8 @@ use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore};
 
 /// How many events may wait for their final mark, per slot. More than one:
 /// a mark batch commits in a few milliseconds, and quick events finish many
-/// times faster than that (1 no-op step at concurrency 16: ~9,000 events/s
-/// at 1 per slot, ~11,800 at 4; docs/performance.md).
+/// times faster than that (1 no-op step at concurrency 16: ~8,300 events/s
+/// at 1 per slot, ~9,400 at 4; docs/performance.md).
 const FINISHING_PER_SLOT: usize = 4;
 
 /// The slots of one worker.
