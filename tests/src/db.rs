@@ -7,6 +7,7 @@ use std::sync::Arc;
 use sqlx::Connection;
 use tickmark::store::postgres::{PostgresOptions, PostgresStore};
 use tickmark::store::sqlite::SqliteStore;
+use tickmark::store::EventRecord;
 use tickmark::{Backend, Store};
 
 use crate::probe::Probe;
@@ -33,6 +34,15 @@ enum Cleanup {
 }
 
 impl TestDb {
+    /// The record of event `id` from `source`; panics when there is none.
+    pub async fn record_of(&self, source: &str, id: &str) -> EventRecord {
+        self.store
+            .event_find(source, id)
+            .await
+            .unwrap()
+            .unwrap_or_else(|| panic!("event {source}/{id} exists"))
+    }
+
     /// A new database on `backend`, or `None` when PostgreSQL tests are skipped.
     pub async fn new(backend: Backend) -> Option<TestDb> {
         init_tracing();

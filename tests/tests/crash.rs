@@ -82,12 +82,7 @@ async fn a_worker_killed_in_the_middle_of_step_two(backend: Backend) {
     let status = victim.wait().await.unwrap();
     assert!(!status.success(), "killed, not exited: {status:?}");
 
-    let record = db
-        .store
-        .event_find("shop", "evt_kill")
-        .await
-        .unwrap()
-        .unwrap();
+    let record = db.record_of("shop", "evt_kill").await;
     assert_eq!((record.state, record.next_step), (EventState::Running, 1));
     assert_eq!(record.lease_owner.as_deref(), Some("victim"));
 
@@ -110,12 +105,7 @@ async fn a_worker_killed_in_the_middle_of_step_two(backend: Backend) {
         "the interrupted step re-ran once"
     );
     assert_eq!(db.probe.runs("evt_kill", "notify").await, 1);
-    let record = db
-        .store
-        .event_find("shop", "evt_kill")
-        .await
-        .unwrap()
-        .unwrap();
+    let record = db.record_of("shop", "evt_kill").await;
     assert_eq!((record.state, record.takeovers), (EventState::Done, 1));
     let steps = db.store.step_status(record.event.seq).await.unwrap();
     let attempts: Vec<_> = steps.iter().map(|s| (s.state, s.attempts)).collect();
@@ -183,12 +173,7 @@ async fn a_worker_killed_inside_a_transactional_step(backend: Backend) {
         0,
         "the kill rolled the uncommitted write back"
     );
-    let record = db
-        .store
-        .event_find("shop", "evt_tx_kill")
-        .await
-        .unwrap()
-        .unwrap();
+    let record = db.record_of("shop", "evt_tx_kill").await;
     assert_eq!((record.state, record.next_step), (EventState::Running, 0));
     assert_eq!(record.lease_owner.as_deref(), Some("victim"));
     db.probe.expire_lease(record.event.seq).await;
@@ -212,12 +197,7 @@ async fn a_worker_killed_inside_a_transactional_step(backend: Backend) {
         100
     );
     assert_eq!(db.probe.runs("evt_tx_kill", "notify").await, 1);
-    let record = db
-        .store
-        .event_find("shop", "evt_tx_kill")
-        .await
-        .unwrap()
-        .unwrap();
+    let record = db.record_of("shop", "evt_tx_kill").await;
     assert_eq!((record.state, record.takeovers), (EventState::Done, 1));
     let steps = db.store.step_status(record.event.seq).await.unwrap();
     let attempts: Vec<_> = steps.iter().map(|s| (s.state, s.attempts)).collect();
@@ -312,12 +292,7 @@ async fn postgres_a_worker_killed_while_its_final_mark_is_in_flight() {
         },
     )
     .await;
-    let pending = db
-        .store
-        .event_find("shop", "evt_final")
-        .await
-        .unwrap()
-        .unwrap();
+    let pending = db.record_of("shop", "evt_final").await;
     assert_eq!(
         (pending.state, pending.next_step),
         (EventState::Running, 0),
@@ -353,12 +328,7 @@ async fn postgres_a_worker_killed_while_its_final_mark_is_in_flight() {
         "the rescuer took over the expired lease"
     );
 
-    let record = db
-        .store
-        .event_find("shop", "evt_final")
-        .await
-        .unwrap()
-        .unwrap();
+    let record = db.record_of("shop", "evt_final").await;
     assert_eq!((record.state, record.takeovers), (EventState::Done, 1));
     assert_eq!(record.lease_owner.as_deref(), Some("rescuer"));
     let steps = db.store.step_status(record.event.seq).await.unwrap();

@@ -12,7 +12,7 @@ use tickmark::operator::{Actor, AdminError, Operations, RetryRequest};
 use tickmark::store::admin::{
     AuditNote, Decision, EventFilter, EventSnapshot, SettledAs, TransitionError, Verdict,
 };
-use tickmark::store::{ClaimParams, ClaimedEvent, EventRecord, MarkDone};
+use tickmark::store::{ClaimParams, ClaimedEvent, MarkDone};
 use tickmark::{
     Backend, EventState, Handler, Handlers, NewEvent, RetryPolicy, Step, StepContext, StepError,
     StepResult, StepState, StoreError,
@@ -79,14 +79,6 @@ pub fn ops(reason: &'static str) -> Actor<'static> {
         who: "ops@test",
         reason: Some(reason),
     }
-}
-
-async fn record_of(db: &TestDb, id: &str) -> EventRecord {
-    db.store
-        .event_find("shop", id)
-        .await
-        .unwrap()
-        .unwrap_or_else(|| panic!("event {id} exists"))
 }
 
 async fn claim_one(db: &TestDb, worker: &str) -> ClaimedEvent {
@@ -178,7 +170,7 @@ pub async fn retry_from_a_step_keeps_earlier_steps_and_reruns_later_ones_with_th
 ) {
     order_paid(&engine(&db, three_steps()), "evt_rerun").await;
     run_until_idle(&db, three_steps()).await;
-    let seq = record_of(&db, "evt_rerun").await.event.seq;
+    let seq = db.record_of("shop", "evt_rerun").await.event.seq;
     let before = db.store.step_status(seq).await.unwrap();
     let token = db.store.event_get(seq).await.unwrap().unwrap().lease_token;
 
@@ -249,7 +241,7 @@ pub async fn retry_from_a_step_keeps_earlier_steps_and_reruns_later_ones_with_th
 pub async fn retry_resumes_a_dead_event_at_its_failed_step_and_wakes_a_worker(db: TestDb) {
     order_paid(&engine(&db, broken_second()), "evt_dead").await;
     run_until_idle(&db, broken_second()).await;
-    let dead = record_of(&db, "evt_dead").await;
+    let dead = db.record_of("shop", "evt_dead").await;
     assert_eq!((dead.state, dead.next_step), (EventState::Dead, 1));
     let first_before = db.store.step_status(dead.event.seq).await.unwrap()[0].clone();
 
@@ -285,7 +277,7 @@ pub async fn retry_resumes_a_dead_event_at_its_failed_step_and_wakes_a_worker(db
         "the retried event waited for the 120 s poll: no wake-up"
     );
 
-    let done = record_of(&db, "evt_dead").await;
+    let done = db.record_of("shop", "evt_dead").await;
     assert_eq!(done.state, EventState::Done);
     let steps = db.store.step_status(done.event.seq).await.unwrap();
     assert_eq!(steps[0], first_before, "the done step stays done");
@@ -323,7 +315,7 @@ pub async fn the_audit_trail_records_every_manual_action(db: TestDb) {
     let engine = engine(&db, handlers());
     order_paid(&engine, "evt_audit").await;
     run_until_idle(&db, handlers()).await;
-    let seq = record_of(&db, "evt_audit").await.event.seq;
+    let seq = db.record_of("shop", "evt_audit").await.event.seq;
     assert!(db.store.audit_list(seq).await.unwrap().is_empty());
 
     db.store
@@ -347,7 +339,10 @@ pub async fn the_audit_trail_records_every_manual_action(db: TestDb) {
         .await
         .unwrap();
     run_until_idle(&db, handlers()).await;
-    assert_eq!(record_of(&db, "evt_audit").await.state, EventState::Dead);
+    assert_eq!(
+        db.record_of("shop", "evt_audit").await.state,
+        EventState::Dead
+    );
     db.store
         .step_mark_done_by_hand(seq, "second", ops("fixed in the ERP, OPS-7"))
         .await
@@ -407,7 +402,10 @@ pub async fn the_audit_trail_records_every_manual_action(db: TestDb) {
     assert!(audit
         .windows(2)
         .all(|w| w[0].id < w[1].id && w[0].at <= w[1].at));
-    assert_eq!(record_of(&db, "evt_audit").await.state, EventState::Done);
+    assert_eq!(
+        db.record_of("shop", "evt_audit").await.state,
+        EventState::Done
+    );
 }
 
 /// An action the event's state does not allow is refused with a message that
@@ -419,9 +417,9 @@ pub async fn actions_are_refused_in_states_that_do_not_allow_them(db: TestDb) {
     order_paid(&engine, "evt_running").await;
     let claimed = claim_one(&db, "busy").await;
     order_paid(&engine, "evt_pending").await;
-    let done = record_of(&db, "evt_done").await.event.seq;
+    let done = db.record_of("shop", "evt_done").await.event.seq;
     let running = claimed.lease.event_seq;
-    let pending = record_of(&db, "evt_pending").await.event.seq;
+    let pending = db.record_of("shop", "evt_pending").await.event.seq;
 
     // Pending: already queued.
     assert_refused(
@@ -543,7 +541,7 @@ pub async fn the_store_enforces_a_transition_the_rules_would_refuse(db: TestDb) 
     run_until_idle(&db, three_steps()).await;
     order_paid(&engine, "evt_running").await;
     let claimed = claim_one(&db, "busy").await;
-    let done = record_of(&db, "evt_done").await.event.seq;
+    let done = db.record_of("shop", "evt_done").await.event.seq;
     let running = claimed.lease.event_seq;
     let note = || AuditNote {
         actor: "ops@test".into(),
@@ -690,7 +688,7 @@ pub async fn a_worker_running_a_cancelled_event_stops_and_marks_nothing(db: Test
     })
     .await;
 
-    let seq = record_of(&db, "evt_stop").await.event.seq;
+    let seq = db.record_of("shop", "evt_stop").await.event.seq;
     db.store.event_cancel(seq, ops("stop it")).await.unwrap();
     tokio::time::timeout(
         Duration::from_secs(20),
@@ -703,7 +701,7 @@ pub async fn a_worker_running_a_cancelled_event_stops_and_marks_nothing(db: Test
     running.await.unwrap().unwrap();
 
     assert_eq!(
-        record_of(&db, "evt_stop").await.state,
+        db.record_of("shop", "evt_stop").await.state,
         EventState::Cancelled
     );
     assert_eq!(db.probe.runs("evt_stop", "second").await, 0);
@@ -724,8 +722,8 @@ pub async fn skipping_or_marking_done_the_last_step_finishes_the_event(db: TestD
     order_paid(&engine(&db, broken_second()), "evt_mark").await;
     order_paid(&engine(&db, broken_second()), "evt_skip").await;
     run_until_idle(&db, broken_second()).await;
-    let mark = record_of(&db, "evt_mark").await;
-    let skip = record_of(&db, "evt_skip").await;
+    let mark = db.record_of("shop", "evt_mark").await;
+    let skip = db.record_of("shop", "evt_skip").await;
     assert_eq!(
         (mark.state, skip.state),
         (EventState::Dead, EventState::Dead)
@@ -796,7 +794,7 @@ pub async fn skipping_a_middle_step_runs_the_rest(db: TestDb) {
     let stuck = claim_one(&db, "vanished").await;
     db.probe.expire_lease(stuck.lease.event_seq).await;
 
-    let dead = record_of(&db, "evt_dead").await;
+    let dead = db.record_of("shop", "evt_dead").await;
     let record = db
         .store
         .step_skip(dead.event.seq, "first", ops("check retired"))
@@ -818,7 +816,7 @@ pub async fn skipping_a_middle_step_runs_the_rest(db: TestDb) {
 
     run_until_idle(&db, handlers()).await;
     for id in ["evt_dead", "evt_stuck"] {
-        let record = record_of(&db, id).await;
+        let record = db.record_of("shop", id).await;
         assert_eq!(record.state, EventState::Done, "{id}");
         let steps = db.store.step_status(record.event.seq).await.unwrap();
         assert_eq!(steps[0].state, StepState::Skipped, "{id}");
@@ -863,7 +861,7 @@ pub async fn a_forced_retry_of_an_interrupted_event_fences_the_old_lease(db: Tes
         "the old lease's mark",
     );
     run_until_idle(&db, three_steps()).await;
-    let done = record_of(&db, "evt_force").await;
+    let done = db.record_of("shop", "evt_force").await;
     assert_eq!((done.state, done.takeovers), (EventState::Done, 0));
     assert_eq!(db.probe.runs("evt_force", "first").await, 1);
 }
@@ -893,7 +891,7 @@ pub async fn prune_deletes_only_finished_events_older_than_the_cutoff(db: TestDb
     };
     accept("evt_dead_old", "order.failed").await.unwrap();
     accept("evt_ignored_old", "order.unknown").await.unwrap();
-    let cancelled = record_of(&db, "evt_cancelled_old").await.event.seq;
+    let cancelled = db.record_of("shop", "evt_cancelled_old").await.event.seq;
     db.store.event_cancel(cancelled, ops("test")).await.unwrap();
     run_until_idle(&db, handlers()).await;
     engine
@@ -917,7 +915,7 @@ pub async fn prune_deletes_only_finished_events_older_than_the_cutoff(db: TestDb
     .await;
     let mut doomed = Vec::new();
     for id in ["evt_done_old", "evt_cancelled_old", "evt_ignored_old"] {
-        doomed.push(record_of(&db, id).await.event.seq);
+        doomed.push(db.record_of("shop", id).await.event.seq);
     }
 
     let three_days = Duration::from_secs(3 * 86_400);
@@ -1127,7 +1125,7 @@ pub async fn events_are_listed_and_looked_up_by_number_or_key(db: TestDb) {
                 .collect::<Vec<_>>()
         }
     };
-    let a = record_of(&db, "evt_a").await.event.seq;
+    let a = db.record_of("shop", "evt_a").await.event.seq;
     let by_number = db.store.event_lookup(&a.to_string(), None).await.unwrap();
     assert_eq!(by_number.len(), 1);
     assert_eq!(by_number[0].event.id, "evt_a");
