@@ -7,12 +7,12 @@ use std::time::Duration;
 
 use serde_json::json;
 use tickmark::{Backend, EventState, Handler, Handlers, NewEvent, StepState};
+use tickmark_tests::announced::{self, StdoutLines};
 use tickmark_tests::conformance::{engine, quick_worker};
 use tickmark_tests::test_steps::{
     AnnounceThenAwaitFile, Credit, CreditThenAwaitKill, Record, STEP_RAN, WRITTEN_AWAITING_KILL,
 };
 use tickmark_tests::{wait, TestDb};
-use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::process::{Child, Command};
 
 const WORKER: &str = env!("CARGO_BIN_EXE_tickmark-test-worker");
@@ -154,7 +154,8 @@ async fn a_worker_killed_inside_a_transactional_step(backend: Backend) {
     // transaction holds the write turn, which holds the victim's heartbeat
     // back); the lease is moved into the past once the victim is dead.
     let mut victim = worker_process(&db, "victim", &["--lease-ms", "30000"]);
-    let announced = line_starting_with(&mut victim, WRITTEN_AWAITING_KILL).await;
+    let mut output = announced::stdout_lines(&mut victim);
+    let announced = line_starting_with(&mut output, WRITTEN_AWAITING_KILL).await;
     assert_eq!(
         announced,
         format!("{WRITTEN_AWAITING_KILL} evt_tx_kill 1"),
@@ -252,7 +253,8 @@ async fn postgres_a_worker_killed_while_its_final_mark_is_in_flight() {
     }
 
     let mut victim = worker_process(&db, "victim", &["--concurrency", "1"]);
-    line_starting_with(&mut victim, &format!("{STEP_RAN} evt_final 1")).await;
+    let mut output = announced::stdout_lines(&mut victim);
+    line_starting_with(&mut output, &format!("{STEP_RAN} evt_final 1")).await;
 
     // The claim has committed and the step is waiting for the go: lock the
     // event's row, then let the step return. Its final mark now waits on
@@ -282,7 +284,7 @@ async fn postgres_a_worker_killed_while_its_final_mark_is_in_flight() {
 
     // With its one slot handed on, the worker runs the next event to the
     // end while the first event's final mark is still in flight.
-    line_starting_with(&mut victim, &format!("{STEP_RAN} evt_next 1")).await;
+    line_starting_with(&mut output, &format!("{STEP_RAN} evt_next 1")).await;
     wait::until(
         "the next event is done",
         Duration::from_secs(60),
@@ -351,21 +353,11 @@ async fn postgres_a_worker_killed_while_its_final_mark_is_in_flight() {
     assert_eq!(db.probe.runs("evt_next", "note").await, 1);
 }
 
-/// The first line of `child`'s stdout that starts with `prefix` (other lines,
-/// such as log lines, are skipped). Panics after a minute or at end of output.
-async fn line_starting_with(child: &mut Child, prefix: &str) -> String {
-    let stdout = child.stdout.as_mut().expect("stdout is piped");
-    let mut lines = BufReader::new(stdout).lines();
-    let found = tokio::time::timeout(Duration::from_secs(60), async {
-        while let Some(line) = lines.next_line().await.expect("read the worker's stdout") {
-            if line.starts_with(prefix) {
-                return line;
-            }
-        }
-        panic!("the worker's stdout ended before a line starting with {prefix:?}");
-    })
-    .await;
-    found.unwrap_or_else(|_| panic!("no line starting with {prefix:?} within a minute"))
+/// The next line of the worker's stdout that starts with `prefix`.
+async fn line_starting_with(lines: &mut StdoutLines, prefix: &str) -> String {
+    announced::line_starting_with(lines, prefix)
+        .await
+        .unwrap_or_else(|why| panic!("no line starting with {prefix:?} from the worker: {why:?}"))
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
