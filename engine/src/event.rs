@@ -175,6 +175,10 @@ pub enum StepState {
     /// The step asked to be run again later, without spending an attempt;
     /// it runs again at `retry_at`.
     Snoozed,
+    /// Its fleet-wide rate limit's bucket was empty: it waits, without
+    /// spending an attempt, until `retry_at`, when a token is due for it
+    /// (`last_error` names the limit and the key).
+    Throttled,
     /// Marked done, with its output.
     Done,
     /// Failed terminally or ran out of attempts: the event is dead.
@@ -200,6 +204,7 @@ impl StepState {
             StepState::Interrupted => "interrupted",
             StepState::Retrying => "retrying",
             StepState::Snoozed => "snoozed",
+            StepState::Throttled => "throttled",
             StepState::Done => "done",
             StepState::Dead => "dead",
             StepState::Skipped => "skipped",
@@ -238,6 +243,7 @@ impl FromStr for StepState {
             Interrupted,
             Retrying,
             Snoozed,
+            Throttled,
             Done,
             Dead,
             Skipped,

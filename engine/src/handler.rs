@@ -3,8 +3,9 @@
 
 use std::collections::{HashMap, HashSet};
 
+use crate::flow::{FlowKey, RateLimit, RateLimitError, RateLimitUse};
 use crate::ordering::Ordering;
-use crate::plan::{Plan, StepOptions};
+use crate::plan::{Plan, StepOptions, StepToEncode};
 use crate::retry::RetryPolicy;
 use crate::step::Step;
 
@@ -52,6 +53,35 @@ pub enum ConfigError {
         /// The kind.
         kind: String,
     },
+    /// A rate limit cannot work (zero tokens, a bad name).
+    #[error(transparent)]
+    RateLimit(#[from] RateLimitError),
+    /// Two rate limits share a name.
+    #[error("two rate limits are named `{0}`; give each its own name")]
+    DuplicateRateLimit(String),
+    /// A step uses a rate limit no `Handlers::rate_limit` defines.
+    #[error("step `{step}` of ({source_name}, {kind}) uses rate limit `{limit}`, which is not defined; add Handlers::rate_limit(RateLimit::new(\"{limit}\", …))")]
+    UnknownRateLimit {
+        /// The handler's source.
+        source_name: String,
+        /// The handler's kind.
+        kind: String,
+        /// The step.
+        step: String,
+        /// The missing limit.
+        limit: String,
+    },
+    /// `Handler::rate_limited` or a limit came before any step, or a
+    /// concurrency limit of zero.
+    #[error("handler for ({source_name}, {kind}): {problem}")]
+    Misplaced {
+        /// The handler's source.
+        source_name: String,
+        /// The handler's kind.
+        kind: String,
+        /// What is wrong.
+        problem: &'static str,
+    },
     /// A step could not be serialised into a plan.
     #[error("step `{step}` cannot be serialised into a plan: {reason}")]
     Unserialisable {
@@ -81,9 +111,20 @@ pub enum ConfigError {
 /// ```
 #[derive(Debug, Default)]
 pub struct Handler {
-    steps: Vec<(String, Box<dyn Step>, StepOptions)>,
+    steps: Vec<HandlerStep>,
     retry: RetryPolicy,
     ordering: Option<Ordering>,
+    concurrency: Option<(FlowKey, u32)>,
+    problem: Option<&'static str>,
+}
+
+/// One step of a handler, as registered.
+#[derive(Debug)]
+struct HandlerStep {
+    name: String,
+    step: Box<dyn Step>,
+    options: StepOptions,
+    rate_limit: Option<RateLimitUse>,
 }
 
 impl Handler {
@@ -116,7 +157,60 @@ impl Handler {
         step: impl Step + 'static,
         options: StepOptions,
     ) -> Self {
-        self.steps.push((name.into(), Box::new(step), options));
+        self.steps.push(HandlerStep {
+            name: name.into(),
+            step: Box::new(step),
+            options,
+            rate_limit: None,
+        });
+        self
+    }
+
+    /// Make the step added last take a token from the fleet-wide rate limit
+    /// `limit` (defined with [`Handlers::rate_limit`]) before each run, from
+    /// the bucket of this event's `key` (a JSON pointer into the payload, or
+    /// several). An empty bucket gives the event back until the next token
+    /// is due: no attempt is spent, no worker slot or lease is held, and the
+    /// step-status table shows the step as `throttled`.
+    ///
+    /// ```
+    /// # use std::time::Duration;
+    /// # use serde::{Deserialize, Serialize};
+    /// # use tickmark::{flow::RateLimit, Handler, Handlers, Step, StepContext, StepResult};
+    /// # #[derive(Debug, Serialize, Deserialize)] struct Push;
+    /// # #[typetag::serde(name = "handler_doc_push")]
+    /// # #[async_trait::async_trait]
+    /// # impl Step for Push {
+    /// #     async fn run(&self, _ctx: &mut StepContext<'_>) -> StepResult { Ok(serde_json::Value::Null) }
+    /// # }
+    /// let handlers = Handlers::new()
+    ///     .rate_limit(RateLimit::new("admin_api", 2, Duration::from_secs(1)).burst(40))
+    ///     .on("shopify", "products/update", Handler::new().step(Push).rate_limited("admin_api", "/shop"));
+    /// ```
+    pub fn rate_limited(mut self, limit: impl Into<String>, key: impl Into<FlowKey>) -> Self {
+        match self.steps.last_mut() {
+            Some(step) => {
+                step.rate_limit = Some(RateLimitUse {
+                    limit: limit.into(),
+                    key: key.into(),
+                })
+            }
+            None => self.problem = Some("rate_limited() comes after the step it limits"),
+        }
+        self
+    }
+
+    /// Run at most `limit` events of one key at once, across every worker
+    /// process on the database; `key` is a JSON pointer into the payload (or
+    /// several), namespaced by the event's source. An event of a full key is
+    /// not claimed until one of the key's events finishes, gives up its
+    /// lease or loses it. Events without a value at the key are not limited.
+    /// (Per-process limits per source or kind are [`WorkerConfig`](crate::WorkerConfig)'s.)
+    pub fn concurrency_per(mut self, key: impl Into<FlowKey>, limit: u32) -> Self {
+        if limit == 0 {
+            self.problem = Some("concurrency_per() needs a limit of at least 1");
+        }
+        self.concurrency = Some((key.into(), limit));
         self
     }
 
@@ -146,10 +240,7 @@ impl Handler {
 
     /// The step names, in order.
     pub fn step_names(&self) -> Vec<&str> {
-        self.steps
-            .iter()
-            .map(|(name, _, _)| name.as_str())
-            .collect()
+        self.steps.iter().map(|step| step.name.as_str()).collect()
     }
 }
 
@@ -160,6 +251,21 @@ pub(crate) struct CompiledHandler {
     pub plan_json: String,
     pub step_count: i32,
     pub ordering: Option<Ordering>,
+    /// At most this many events of a key running at once, fleet-wide.
+    pub concurrency: Option<(FlowKey, i32)>,
+}
+
+impl CompiledHandler {
+    /// The concurrency key and limit of an event from `source` with this
+    /// payload, when the handler has one and the payload has the key.
+    pub fn concurrency_of(
+        &self,
+        source: &str,
+        payload: &serde_json::Value,
+    ) -> Option<(String, i32)> {
+        let (key, limit) = self.concurrency.as_ref()?;
+        Some((format!("{source}:{}", key.value_of(payload)?), *limit))
+    }
 }
 
 /// The handlers of an engine, by (source, kind), with [`ANY`] (`*`) wildcards.
@@ -174,6 +280,7 @@ pub(crate) struct CompiledHandler {
 #[derive(Debug, Default)]
 pub struct Handlers {
     entries: Vec<(String, String, Handler)>,
+    rate_limits: Vec<RateLimit>,
 }
 
 impl Handlers {
@@ -193,7 +300,23 @@ impl Handlers {
         self
     }
 
+    /// Define a fleet-wide rate limit that steps take tokens from
+    /// ([`Handler::rate_limited`]). Its rate and burst are read when a step
+    /// runs, so a change applies to events already queued.
+    pub fn rate_limit(mut self, limit: RateLimit) -> Self {
+        self.rate_limits.push(limit);
+        self
+    }
+
     pub(crate) fn compile(self) -> Result<Registry, ConfigError> {
+        let mut rate_limits = HashMap::new();
+        for limit in self.rate_limits {
+            limit.check()?;
+            let name = limit.name().to_owned();
+            if rate_limits.insert(name.clone(), limit).is_some() {
+                return Err(ConfigError::DuplicateRateLimit(name));
+            }
+        }
         let mut by_source: HashMap<String, HashMap<String, CompiledHandler>> = HashMap::new();
         for (source, kind, handler) in self.entries {
             check_name("source", &source)?;
@@ -204,23 +327,42 @@ impl Handlers {
                     kind,
                 });
             }
+            if let Some(problem) = handler.problem {
+                return Err(ConfigError::Misplaced {
+                    source_name: source,
+                    kind,
+                    problem,
+                });
+            }
             let mut seen = HashSet::new();
-            for (name, _, _) in &handler.steps {
-                check_name("step", name)?;
-                if !seen.insert(name.as_str()) {
+            for step in &handler.steps {
+                check_name("step", &step.name)?;
+                if !seen.insert(step.name.as_str()) {
                     return Err(ConfigError::DuplicateStepName {
                         source_name: source,
                         kind,
-                        step: name.clone(),
+                        step: step.name.clone(),
                     });
                 }
+                if let Some(used) = &step.rate_limit {
+                    if !rate_limits.contains_key(&used.limit) {
+                        return Err(ConfigError::UnknownRateLimit {
+                            source_name: source,
+                            kind,
+                            step: step.name.clone(),
+                            limit: used.limit.clone(),
+                        });
+                    }
+                }
             }
-            let plan_json = Plan::encode(
+            let plan_json = Plan::encode_steps(
                 &handler.retry,
-                handler
-                    .steps
-                    .iter()
-                    .map(|(name, step, options)| (name.as_str(), step.as_ref(), *options)),
+                handler.steps.iter().map(|step| StepToEncode {
+                    name: &step.name,
+                    step: step.step.as_ref(),
+                    options: step.options,
+                    rate_limit: step.rate_limit.as_ref(),
+                }),
             )
             .map_err(|error| ConfigError::Unserialisable {
                 step: handler.step_names().join(", "),
@@ -230,6 +372,10 @@ impl Handlers {
                 plan_json,
                 step_count: i32::try_from(handler.steps.len()).unwrap_or(i32::MAX),
                 ordering: handler.ordering.clone(),
+                concurrency: handler
+                    .concurrency
+                    .clone()
+                    .map(|(key, limit)| (key, i32::try_from(limit).unwrap_or(i32::MAX))),
             };
             if by_source
                 .entry(source.clone())
@@ -243,7 +389,10 @@ impl Handlers {
                 });
             }
         }
-        Ok(Registry { by_source })
+        Ok(Registry {
+            by_source,
+            rate_limits,
+        })
     }
 }
 
@@ -269,9 +418,16 @@ fn check_name(what: &'static str, name: &str) -> Result<(), ConfigError> {
 pub(crate) struct Registry {
     /// By source, then kind: looked up with borrowed names, no allocation.
     by_source: HashMap<String, HashMap<String, CompiledHandler>>,
+    /// The fleet-wide rate limits, by name.
+    rate_limits: HashMap<String, RateLimit>,
 }
 
 impl Registry {
+    /// The rate limit named `name`, as this build defines it.
+    pub fn rate_limit(&self, name: &str) -> Option<&RateLimit> {
+        self.rate_limits.get(name)
+    }
+
     pub fn find(&self, source: &str, kind: &str) -> Option<&CompiledHandler> {
         let get = |s: &str, k: &str| self.by_source.get(s).and_then(|kinds| kinds.get(k));
         get(source, kind)

@@ -74,6 +74,7 @@
 //! |---|---|
 //! | [`step`], [`outcome`], [`context`] | the `Step` trait, its outcomes, and what a running step sees |
 //! | [`handler`], [`plan`] | ordered steps per (source, kind), stored with each event |
+//! | [`flow`] | fleet-wide rate limits and concurrency limits per key |
 //! | [`inbox`] | accepting an event: the dedup decision |
 //! | `claim` | leases, fencing tokens, the heartbeat |
 //! | [`runner`] | the worker loop, running one event, graceful shutdown |
@@ -133,6 +134,7 @@ mod dedup_key;
 mod engine;
 mod error;
 pub mod event;
+pub mod flow;
 pub mod handler;
 mod idempotency;
 pub mod inbox;

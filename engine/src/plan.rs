@@ -16,6 +16,7 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
+use crate::flow::RateLimitUse;
 use crate::retry::RetryPolicy;
 use crate::step::Step;
 
@@ -94,6 +95,8 @@ pub struct PlannedStep {
     pub step: Box<dyn Step>,
     /// Timeout and retry overrides.
     pub options: StepOptions,
+    /// The fleet-wide rate limit a run of this step takes a token from.
+    pub rate_limit: Option<RateLimitUse>,
 }
 
 /// A decoded plan, ready to run.
@@ -118,6 +121,8 @@ struct StoredStepOut<'a> {
     step: &'a dyn Step,
     #[serde(flatten)]
     options: StepOptions,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    rate_limit: Option<&'a RateLimitUse>,
 }
 
 #[derive(Deserialize)]
@@ -133,6 +138,21 @@ struct StoredStepIn {
     step: serde_json::Value,
     #[serde(flatten)]
     options: StepOptions,
+    #[serde(default)]
+    rate_limit: Option<RateLimitUse>,
+}
+
+/// One step to encode into a plan ([`Plan::encode_steps`]).
+#[derive(Debug, Clone, Copy)]
+pub struct StepToEncode<'a> {
+    /// The step's name within the handler.
+    pub name: &'a str,
+    /// The step.
+    pub step: &'a dyn Step,
+    /// Timeout and retry overrides.
+    pub options: StepOptions,
+    /// The rate limit it takes a token from, if any.
+    pub rate_limit: Option<&'a RateLimitUse>,
 }
 
 impl Plan {
@@ -141,15 +161,32 @@ impl Plan {
         retry: &RetryPolicy,
         steps: impl IntoIterator<Item = (&'a str, &'a dyn Step, StepOptions)>,
     ) -> Result<String, serde_json::Error> {
+        Self::encode_steps(
+            retry,
+            steps.into_iter().map(|(name, step, options)| StepToEncode {
+                name,
+                step,
+                options,
+                rate_limit: None,
+            }),
+        )
+    }
+
+    /// Encode steps, with their rate limits, and a policy as the stored JSON.
+    pub fn encode_steps<'a>(
+        retry: &RetryPolicy,
+        steps: impl IntoIterator<Item = StepToEncode<'a>>,
+    ) -> Result<String, serde_json::Error> {
         serde_json::to_string(&StoredPlanOut {
             version: PLAN_VERSION,
             retry,
             steps: steps
                 .into_iter()
-                .map(|(name, step, options)| StoredStepOut {
-                    name,
-                    step,
-                    options,
+                .map(|step| StoredStepOut {
+                    name: step.name,
+                    step: step.step,
+                    options: step.options,
+                    rate_limit: step.rate_limit,
                 })
                 .collect(),
         })
@@ -242,6 +279,7 @@ fn decode_step(stored: StoredStepIn) -> Result<PlannedStep, PlanError> {
             name: stored.name,
             step,
             options: stored.options,
+            rate_limit: stored.rate_limit,
         }),
         Err(error) if error.to_string().contains("unknown variant") => {
             Err(PlanError::UnknownStep {

@@ -19,6 +19,7 @@ const LAYERS: &[&[&str]] = &[
         "idempotency",
         "retry",
         "ordering",
+        "flow",
         "resources",
         "dedup_key",
         "outcome",

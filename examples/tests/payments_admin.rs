@@ -53,6 +53,8 @@ async fn plans_check_passes_for_known_steps_and_flags_unknown_ones() {
             resource_key: None,
             resource_seq: None,
             replay_key: None,
+            limit_key: None,
+            limit_n: None,
         })
         .await
         .unwrap();

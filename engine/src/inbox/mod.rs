@@ -72,6 +72,7 @@ pub(crate) async fn accept(
             .and_then(|h| h.ordering.as_ref())
             .map(|ordering| ordering.keys(&event.source, &event.payload))
             .unwrap_or_default();
+        let limit = handler.and_then(|h| h.concurrency_of(&event.source, &event.payload));
         let (plan_json, step_count, state) = match handler {
             Some(handler) => (
                 handler.plan_json.as_str(),
@@ -92,6 +93,8 @@ pub(crate) async fn accept(
             not_before: event.not_before,
             resource_key: ordering.resource_key.as_deref(),
             resource_seq: ordering.resource_seq,
+            limit_key: limit.as_ref().map(|(key, _)| key.as_str()),
+            limit_n: limit.as_ref().map(|(_, n)| *n),
         };
         let outcome = retry_transient("accept", ACCEPT_RETRY_BUDGET, || {
             store.event_insert(&insert)

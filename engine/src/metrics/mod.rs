@@ -10,6 +10,7 @@
 //! | `tickmark_steps_done_total` | counter | `step` |
 //! | `tickmark_steps_failed_total` | counter | `step`, `then` (`retry`, `dead`) |
 //! | `tickmark_step_duration_seconds` | histogram | `step` |
+//! | `tickmark_steps_throttled_total` | counter | `limit` — step runs that found their rate-limit bucket empty and waited |
 //! | `tickmark_lease_takeovers_total` | counter | |
 //! | `tickmark_leases_lost_total` | counter | |
 //! | `tickmark_events` | gauge | `state` — rows per state, from the database |
@@ -54,6 +55,7 @@ pub struct Metrics {
     steps_done: Family<[Label; 1], Counter>,
     steps_failed: Family<[Label; 2], Counter>,
     step_duration: Family<[Label; 1], Histogram>,
+    steps_throttled: Family<[Label; 1], Counter>,
     lease_takeovers: Counter,
     leases_lost: Counter,
 }
@@ -66,6 +68,7 @@ impl Default for Metrics {
             steps_done: Family::default(),
             steps_failed: Family::default(),
             step_duration: Family::new_with_constructor(duration_histogram),
+            steps_throttled: Family::default(),
             lease_takeovers: Counter::default(),
             leases_lost: Counter::default(),
         }
@@ -104,6 +107,14 @@ impl Metrics {
         let then = if retried { "retry" } else { "dead" };
         self.steps_failed
             .get_or_create(&[("step", step.to_owned()), ("then", then.to_owned())])
+            .inc();
+    }
+
+    /// A step found the bucket of rate limit `limit` empty and was given
+    /// back until its next token.
+    pub fn step_throttled(&self, limit: &str) {
+        self.steps_throttled
+            .get_or_create(&[("limit", limit.to_owned())])
             .inc();
     }
 

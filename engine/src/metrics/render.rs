@@ -80,6 +80,11 @@ fn register_process(registry: &mut Registry, metrics: &Metrics) {
         metrics.steps_failed.clone(),
     );
     registry.register(
+        "tickmark_steps_throttled",
+        "Step runs in this process that found their rate-limit bucket empty and waited for a token, by limit",
+        metrics.steps_throttled.clone(),
+    );
+    registry.register(
         "tickmark_lease_takeovers",
         "Claims by this process that took over an expired lease (a worker died or stalled)",
         metrics.lease_takeovers.clone(),

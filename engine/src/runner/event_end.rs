@@ -15,6 +15,8 @@ pub(crate) enum EventEnd {
     Stale,
     /// Its step asked to run again later.
     Snoozed,
+    /// Its step's rate-limit bucket was empty: it waits for the next token.
+    Throttled,
     /// Given back on shutdown.
     Released,
     /// The lease was taken over or expired: this worker changed nothing more.

@@ -15,10 +15,11 @@ use super::settle::Settle;
 use super::shared::RunnerShared;
 use super::slots::Slot;
 use crate::context::StepOutputs;
+use crate::flow::RateLimitUse;
 use crate::plan::Plan;
 use crate::step::FailureKind;
 use crate::store::transient::retry_transient;
-use crate::store::{ClaimedEvent, Release, SequenceCheck};
+use crate::store::{ClaimedEvent, RateTake, RateTaken, Release, SequenceCheck};
 
 pub(crate) async fn run_event(
     shared: &RunnerShared,
@@ -169,6 +170,10 @@ impl<'a> EventRun<'a> {
             return Err(settle.dead_after_crashes(&step, retry.max_attempts).await);
         }
 
+        if let Some(used) = &planned.rate_limit {
+            self.take_token(used, &settle, slot).await?;
+        }
+
         let started_at = Utc::now();
         let run = run_step(StepInputs {
             store: shared.store.as_ref(),
@@ -222,6 +227,47 @@ impl<'a> EventRun<'a> {
                     FailureKind::Snooze { delay } => settle.snooze(delay, &failure).await,
                     _ => settle.mark_failed(&step, &failure, &retry).await,
                 })
+            }
+        }
+    }
+
+    /// Take a token from the step's rate-limit bucket before it runs. `Err`
+    /// ends the run: the bucket was empty (the event is given back until the
+    /// next token, its attempt refunded), or the limit is not defined in this
+    /// build (parked), or the store kept failing (given back at once).
+    async fn take_token(
+        &self,
+        used: &RateLimitUse,
+        settle: &Settle<'_>,
+        slot: &mut Slot,
+    ) -> Result<(), EventEnd> {
+        let shared = self.shared;
+        let Some(limit) = shared.registry.rate_limit(&used.limit) else {
+            let reason = format!(
+                "the plan uses rate limit `{}`, which this build does not define \
+                 (Handlers::rate_limit); deploy a build that defines it, then retry the event",
+                used.limit
+            );
+            return Err(settle.park(&reason).await);
+        };
+        let key = used.key.value_of(&self.claimed.event.payload);
+        let bucket = limit.bucket(key.as_deref());
+        let take = RateTake {
+            bucket: &bucket,
+            refill_every: limit.refill_every(),
+            burst: limit.burst_size(),
+        };
+        let store = shared.store.as_ref();
+        let budget = shared.config.lease;
+        match retry_transient("take a rate-limit token", budget, || store.rate_take(&take)).await {
+            Ok(RateTaken::Granted) => Ok(()),
+            Ok(RateTaken::Empty { next_in }) => {
+                slot.hand_on();
+                Err(settle.throttle(limit.name(), &bucket, next_in).await)
+            }
+            Err(error) => {
+                tracing::warn!(%error, "could not take a rate-limit token; giving the event back");
+                Err(settle.release(&Release::now(true)).await)
             }
         }
     }

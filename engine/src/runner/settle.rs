@@ -240,9 +240,32 @@ impl<'a> Settle<'a> {
             delay,
             snoozed: true,
             note: Some(&note),
+            throttled_by: None,
         };
         match self.release(&snooze).await {
             EventEnd::Released => EventEnd::Snoozed,
+            other => other,
+        }
+    }
+
+    /// The step's rate-limit bucket is empty: give the event back until the
+    /// next token is due, refunding the attempt (the step did not run).
+    pub async fn throttle(&self, limit: &str, bucket: &str, next_in: Duration) -> EventEnd {
+        let note = format!(
+            "throttled by rate limit `{limit}` (bucket `{bucket}`): the next token is due in {}",
+            human(next_in)
+        );
+        tracing::debug!(parent: &self.span, limit, bucket, wait_ms = next_in.as_millis() as u64, "throttled");
+        self.shared.metrics.step_throttled(limit);
+        let throttle = Release {
+            refund_attempt: true,
+            delay: next_in,
+            snoozed: true,
+            note: Some(&note),
+            throttled_by: Some(bucket),
+        };
+        match self.release(&throttle).await {
+            EventEnd::Released => EventEnd::Throttled,
             other => other,
         }
     }

@@ -61,6 +61,15 @@ pub(crate) fn confirmed(applied: bool, lease: &Lease) -> Result<(), StoreError> 
 }
 
 /// Why an event was recorded as stale.
+/// An empty bucket's answer: wait this many µs (at least a millisecond: an
+/// empty bucket never means "try again now").
+pub(crate) fn rate_waiting(wake_in_us: i64) -> super::RateTaken {
+    let micros = u64::try_from(wake_in_us).unwrap_or(0).max(1_000);
+    super::RateTaken::Empty {
+        next_in: std::time::Duration::from_micros(micros),
+    }
+}
+
 pub(crate) fn stale_reason(resource_key: &str, resource_seq: i64, last_seq: i64) -> String {
     format!(
         "stale: sequence {resource_seq} of {resource_key} is not newer than {last_seq}, \

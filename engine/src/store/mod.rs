@@ -29,7 +29,8 @@ pub use error::StoreError;
 pub use portable_query::{PortableQuery, PortableRow, SqlValue};
 pub use records::{
     AfterFailure, ClaimParams, ClaimedEvent, EventCounts, EventInsert, EventRecord, InsertOutcome,
-    Lease, MarkDone, MarkFailed, PlanGroup, Release, SequenceCheck, StepStatus, KIND_SEPARATOR,
+    Lease, MarkDone, MarkFailed, PlanGroup, RateTake, RateTaken, Release, SequenceCheck,
+    StepStatus, KIND_SEPARATOR,
 };
 pub use transaction::StepTransaction;
 pub use wakeups::Wakeups;
@@ -84,6 +85,11 @@ pub trait Store: admin::Admin + Send + Sync + fmt::Debug {
     /// Give a leased event back without finishing its step: on shutdown (at
     /// once), or because the step snoozed (after a delay, attempt refunded).
     async fn event_release(&self, lease: &Lease, release: &Release<'_>) -> Result<(), StoreError>;
+
+    /// Take one token from a fleet-wide rate-limit bucket, or say when the
+    /// next one is due. One statement; the bucket is shared by every worker
+    /// on this database.
+    async fn rate_take(&self, take: &RateTake<'_>) -> Result<RateTaken, StoreError>;
 
     /// Record what the running step reports about its progress.
     async fn event_progress(

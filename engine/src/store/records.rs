@@ -33,6 +33,11 @@ pub struct EventInsert<'a> {
     pub resource_key: Option<&'a str>,
     /// The event's sequence for its resource, when stale events are skipped.
     pub resource_seq: Option<i64>,
+    /// `{source}:{value}` when the handler limits how many events of a key
+    /// run at once, fleet-wide ([`Handler::concurrency_per`](crate::Handler::concurrency_per)).
+    pub limit_key: Option<&'a str>,
+    /// That limit: at most this many events of `limit_key` running at once.
+    pub limit_n: Option<i32>,
 }
 
 impl EventInsert<'_> {
@@ -50,6 +55,8 @@ impl EventInsert<'_> {
             not_before: self.not_before,
             resource_key: self.resource_key.map(str::to_owned),
             resource_seq: self.resource_seq,
+            limit_key: self.limit_key.map(str::to_owned),
+            limit_n: self.limit_n,
         }
     }
 }
@@ -68,6 +75,8 @@ pub(crate) struct OwnedEventInsert {
     pub not_before: Option<DateTime<Utc>>,
     pub resource_key: Option<String>,
     pub resource_seq: Option<i64>,
+    pub limit_key: Option<String>,
+    pub limit_n: Option<i32>,
 }
 
 /// The dedup decision.
@@ -154,6 +163,9 @@ pub struct Release<'a> {
     pub snoozed: bool,
     /// Shown as the event's last error (why it waits).
     pub note: Option<&'a str>,
+    /// The rate-limit bucket it waits on, when the step found it empty
+    /// (the step-status table shows it as `throttled`).
+    pub throttled_by: Option<&'a str>,
 }
 
 impl Release<'static> {
@@ -164,8 +176,34 @@ impl Release<'static> {
             delay: Duration::ZERO,
             snoozed: false,
             note: None,
+            throttled_by: None,
         }
     }
+}
+
+/// One token asked of a fleet-wide token bucket (GCRA: one number per
+/// bucket, the theoretical arrival time of the next request).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RateTake<'a> {
+    /// `{limit name}:{key}`.
+    pub bucket: &'a str,
+    /// The time one token takes to refill.
+    pub refill_every: Duration,
+    /// How many tokens the bucket holds when full.
+    pub burst: u32,
+}
+
+/// The bucket's answer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RateTaken {
+    /// A token was taken: go on.
+    Granted,
+    /// The bucket is empty; the next token is due after this long (by the
+    /// database's clock). Nothing was taken.
+    Empty {
+        /// How long until a take can succeed.
+        next_in: Duration,
+    },
 }
 
 /// The answer of a sequence check before an ordered event's first step.

@@ -4,6 +4,7 @@
 
 pub mod admin;
 pub mod fencing;
+pub mod flow;
 pub mod inbox;
 pub mod long_handlers;
 pub mod ordering;
@@ -90,6 +91,12 @@ macro_rules! conformance_suite {
             ordering::one_resource_runs_one_event_at_a_time_in_acceptance_order,
             ordering::a_source_limit_caps_concurrent_events,
             ordering::an_operator_retry_applies_a_stale_event,
+            flow::an_empty_bucket_throttles_the_step_without_spending_an_attempt,
+            flow::workers_on_one_database_share_each_bucket,
+            flow::an_unknown_rate_limit_parks_the_event,
+            flow::a_key_never_has_more_running_events_than_its_limit,
+            flow::racing_claims_never_exceed_a_keys_limit,
+            flow::workers_run_every_event_of_a_limited_key,
             admin::retry_from_a_step_keeps_earlier_steps_and_reruns_later_ones_with_the_same_keys,
             admin::retry_resumes_a_dead_event_at_its_failed_step_and_wakes_a_worker,
             admin::the_audit_trail_records_every_manual_action,

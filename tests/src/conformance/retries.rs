@@ -278,6 +278,8 @@ pub async fn an_unknown_step_type_parks_the_event(db: TestDb) {
             resource_key: None,
             resource_seq: None,
             replay_key: None,
+            limit_key: None,
+            limit_n: None,
         })
         .await
         .unwrap();

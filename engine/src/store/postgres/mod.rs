@@ -15,8 +15,8 @@ use sqlx::Row;
 
 use super::{
     decode, AfterFailure, Backend, ClaimParams, ClaimedEvent, EventCounts, EventInsert,
-    EventRecord, InsertOutcome, Lease, MarkDone, MarkFailed, PlanGroup, Release, SequenceCheck,
-    StepStatus, StepTransaction, Store, StoreError, Wakeups,
+    EventRecord, InsertOutcome, Lease, MarkDone, MarkFailed, PlanGroup, RateTake, RateTaken,
+    Release, SequenceCheck, StepStatus, StepTransaction, Store, StoreError, Wakeups,
 };
 use crate::event::Event;
 use crate::store::group_commit::{copy_error, FlushFn, GroupCommit, Overlap};
@@ -205,6 +205,12 @@ fn insert_many(
                             .map(|e| e.replay_key.as_deref())
                             .collect::<Vec<_>>(),
                     )
+                    .bind(
+                        rows.iter()
+                            .map(|e| e.limit_key.as_deref())
+                            .collect::<Vec<_>>(),
+                    )
+                    .bind(rows.iter().map(|e| e.limit_n).collect::<Vec<_>>())
                     .fetch_all(&pool)
                     .await;
             match result {
@@ -347,6 +353,10 @@ fn seconds(duration: Duration) -> f64 {
     duration.as_secs_f64()
 }
 
+fn micros(duration: Duration) -> i64 {
+    i64::try_from(duration.as_micros()).unwrap_or(i64::MAX)
+}
+
 #[async_trait::async_trait]
 impl Store for PostgresStore {
     fn backend(&self) -> Backend {
@@ -417,9 +427,31 @@ impl Store for PostgresStore {
             .bind(seconds(release.delay))
             .bind(release.snoozed)
             .bind(release.note)
+            .bind(release.throttled_by)
             .execute(&self.pool)
             .await?;
         decode::lease_kept(result.rows_affected(), lease)
+    }
+
+    async fn rate_take(&self, take: &RateTake<'_>) -> Result<RateTaken, StoreError> {
+        let refill_us = micros(take.refill_every);
+        let burst = i64::from(take.burst.max(1));
+        let taken: Option<i64> = sqlx::query_scalar(sql::RATE_TAKE)
+            .bind(take.bucket)
+            .bind(refill_us)
+            .bind(burst)
+            .fetch_optional(&self.pool)
+            .await?;
+        if taken.is_some() {
+            return Ok(RateTaken::Granted);
+        }
+        let wake_in_us: Option<i64> = sqlx::query_scalar(sql::RATE_WAIT)
+            .bind(take.bucket)
+            .bind(refill_us)
+            .bind(burst)
+            .fetch_optional(&self.pool)
+            .await?;
+        Ok(decode::rate_waiting(wake_in_us.unwrap_or(0)))
     }
 
     async fn event_progress(

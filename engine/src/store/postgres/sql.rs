@@ -11,17 +11,18 @@ pub const EVENT_INSERT_MANY: &str = "
     WITH rows AS (
         SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[],
                              $6::text[], $7::int[], $8::timestamptz[], $9::text[], $10::bigint[],
-                             $12::text[])
+                             $12::text[], $13::text[], $14::int[])
             WITH ORDINALITY
             AS r (source, dedup_key, kind, payload, plan, state, step_count, not_before,
-                  resource_key, resource_seq, replay_key, ord)
+                  resource_key, resource_seq, replay_key, limit_key, limit_n, ord)
     ),
     inserted AS (
         INSERT INTO tickmark_events
             (source, dedup_key, kind, payload, plan, state, step_count, due_at, resource_key,
-             resource_seq, replay_key)
+             resource_seq, replay_key, limit_key, limit_n)
         SELECT source, dedup_key, kind, payload::json, plan::json, state, step_count,
-               coalesce(not_before, now()), resource_key, resource_seq, replay_key
+               coalesce(not_before, now()), resource_key, resource_seq, replay_key,
+               limit_key, limit_n
         FROM rows ORDER BY ord
         ON CONFLICT DO NOTHING
         RETURNING id, source, dedup_key, state
@@ -56,12 +57,37 @@ pub const EVENT_RELEASE: &str = "
         UPDATE tickmark_events
         SET state = 'pending', due_at = now() + make_interval(secs => $5),
             attempt = CASE WHEN $4 THEN greatest(attempt - 1, 0) ELSE attempt END,
-            snoozed = $6, last_error = coalesce($7, last_error),
+            snoozed = $6, last_error = coalesce($7, last_error), throttled_by = $8,
             progress = NULL, progress_message = NULL
         WHERE id = $1 AND lease_token = $2 AND state = 'running'
         RETURNING id
     )
     SELECT released.id FROM released CROSS JOIN LATERAL pg_notify($3, '') AS notified";
+
+/// Take one token from a bucket (GCRA, docs/flow_control.md): the bucket's
+/// theoretical arrival time moves on by one refill (`$2` µs) unless that
+/// would put it more than the burst (`$3` tokens) ahead of now. The row lock
+/// serialises takes of one bucket across the fleet. Returns a row only when
+/// a token was taken.
+pub const RATE_TAKE: &str = "
+    WITH clock AS (SELECT (extract(epoch FROM now()) * 1000000)::bigint AS now_us)
+    INSERT INTO tickmark_rate_buckets AS b (bucket, tat_us)
+    SELECT $1, clock.now_us + $2 FROM clock
+    ON CONFLICT (bucket) DO UPDATE
+    SET tat_us = greatest(b.tat_us, (SELECT now_us FROM clock)) + $2
+    WHERE greatest(b.tat_us, (SELECT now_us FROM clock)) + $2
+          - (SELECT now_us FROM clock) <= $3 * $2
+    RETURNING b.tat_us";
+
+/// The bucket was empty: give the caller a place in the line of waiting
+/// steps, one refill after the last one (or when the next token is due,
+/// if later), and answer how many µs from now that is.
+pub const RATE_WAIT: &str = "
+    WITH clock AS (SELECT (extract(epoch FROM now()) * 1000000)::bigint AS now_us)
+    UPDATE tickmark_rate_buckets AS b
+    SET wait_us = greatest(b.wait_us + $2, b.tat_us - ($3 - 1) * $2)
+    WHERE b.bucket = $1
+    RETURNING b.wait_us - (SELECT now_us FROM clock)";
 
 /// What the running step reports, under its live lease.
 pub const EVENT_PROGRESS: &str = "

@@ -14,6 +14,7 @@ mod admin_sql;
 mod sql;
 mod time;
 
+use std::collections::HashMap;
 use std::str::FromStr;
 use std::sync::Arc;
 use std::time::Duration;
@@ -29,8 +30,8 @@ use tokio::sync::{watch, Mutex, OwnedMutexGuard};
 
 use super::{
     decode, AfterFailure, Backend, ClaimParams, ClaimedEvent, EventCounts, EventInsert,
-    EventRecord, InsertOutcome, Lease, MarkDone, MarkFailed, PlanGroup, Release, SequenceCheck,
-    StepStatus, StepTransaction, Store, StoreError, Wakeups,
+    EventRecord, InsertOutcome, Lease, MarkDone, MarkFailed, PlanGroup, RateTake, RateTaken,
+    Release, SequenceCheck, StepStatus, StepTransaction, Store, StoreError, Wakeups,
 };
 use crate::event::{Event, EventState};
 use crate::store::group_commit::{copy_error, FlushFn, GroupCommit, Overlap};
@@ -185,6 +186,28 @@ impl SqliteStore {
     }
 }
 
+/// A due row as the claim's look-up answers it.
+type DueRow = (i64, String, Option<String>, Option<i32>, i64);
+
+/// Keep a claim batch within each key's concurrency limit: `held` counts the
+/// key's running events before this claim, so the batch may add only
+/// `limit_n - held` more. (Inside the write transaction: exact.)
+fn within_key_limits(due: Vec<DueRow>) -> Vec<(i64, String)> {
+    let mut added: HashMap<String, i64> = HashMap::new();
+    due.into_iter()
+        .filter_map(|(seq, state, limit_key, limit_n, held)| {
+            if let (Some(key), Some(limit)) = (limit_key, limit_n) {
+                let added = added.entry(key).or_insert(0);
+                if held + *added >= i64::from(limit) {
+                    return None;
+                }
+                *added += 1;
+            }
+            Some((seq, state))
+        })
+        .collect()
+}
+
 /// Most events in one insert transaction.
 const MAX_INSERT_BATCH: usize = 256;
 /// Most accepts waiting for an insert transaction; beyond it an accept is
@@ -220,6 +243,8 @@ fn insert_many(
                         .bind(event.resource_key.as_deref())
                         .bind(event.resource_seq)
                         .bind(event.replay_key.as_deref())
+                        .bind(event.limit_key.as_deref())
+                        .bind(event.limit_n)
                         .fetch_optional(&mut *tx)
                         .await?;
                     outcomes.push(match inserted {
@@ -385,13 +410,14 @@ impl Store for SqliteStore {
 
         let (_turn, mut tx) = self.begin_write().await?;
         let now = Utc::now();
-        let due: Vec<(i64, String)> = sqlx::query_as(sql::EVENT_DUE)
+        let due: Vec<DueRow> = sqlx::query_as(sql::EVENT_DUE)
             .bind(format_time(now))
             .bind(i64::from(params.limit))
             .bind(&skip_sources)
             .bind(&skip_kinds)
             .fetch_all(&mut *tx)
             .await?;
+        let due = within_key_limits(due);
         if due.is_empty() {
             return Ok(Vec::new());
         }
@@ -458,6 +484,7 @@ impl Store for SqliteStore {
             .bind(release.refund_attempt)
             .bind(release.snoozed)
             .bind(release.note)
+            .bind(release.throttled_by)
             .execute(&mut *tx)
             .await?
             .rows_affected();
@@ -466,6 +493,34 @@ impl Store for SqliteStore {
             self.wake_workers();
         }
         decode::lease_kept(changed, lease)
+    }
+
+    async fn rate_take(&self, take: &RateTake<'_>) -> Result<RateTaken, StoreError> {
+        let now_us = Utc::now().timestamp_micros();
+        let refill_us = i64::try_from(take.refill_every.as_micros()).unwrap_or(i64::MAX);
+        let (_turn, mut tx) = self.begin_write().await?;
+        let taken: Option<i64> = sqlx::query_scalar(sql::RATE_TAKE)
+            .bind(take.bucket)
+            .bind(now_us)
+            .bind(refill_us)
+            .bind(i64::from(take.burst.max(1)))
+            .fetch_optional(&mut *tx)
+            .await?;
+        let answer = match taken {
+            Some(_) => RateTaken::Granted,
+            None => {
+                let wake_in_us: Option<i64> = sqlx::query_scalar(sql::RATE_WAIT)
+                    .bind(take.bucket)
+                    .bind(now_us)
+                    .bind(refill_us)
+                    .bind(i64::from(take.burst.max(1)))
+                    .fetch_optional(&mut *tx)
+                    .await?;
+                decode::rate_waiting(wake_in_us.unwrap_or(0))
+            }
+        };
+        tx.commit().await?;
+        Ok(answer)
     }
 
     async fn event_progress(

@@ -8,8 +8,8 @@
 pub const EVENT_INSERT: &str = "
     INSERT INTO tickmark_events
         (source, dedup_key, kind, payload, plan, state, step_count, due_at, received_at,
-         resource_key, resource_seq, replay_key)
-    VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12)
+         resource_key, resource_seq, replay_key, limit_key, limit_n)
+    VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14)
     ON CONFLICT DO NOTHING
     RETURNING id";
 
@@ -24,15 +24,23 @@ pub const EVENT_ANY_DUE: &str = "
           SELECT 1 FROM tickmark_events AS earlier
           WHERE earlier.resource_key = e.resource_key AND earlier.id < e.id
             AND earlier.state IN ('pending', 'running'))
+      AND (e.limit_key IS NULL OR (
+          SELECT count(*) FROM tickmark_events AS r
+          WHERE r.limit_key = e.limit_key AND r.state = 'running' AND r.due_at > ?1) < e.limit_n)
     ORDER BY e.due_at, e.id
     LIMIT 1";
 
 /// The due events, walking `tickmark_events_due` in order (inside the write
 /// transaction, so no other writer can claim them in between). An ordered
-/// event waits while an earlier event of its resource is unfinished; sources
-/// and kinds at this worker's limits are skipped.
+/// event waits while an earlier event of its resource is unfinished, a
+/// limited event while its key is full (`held`: the key's running events;
+/// the caller keeps a batch within the limit); sources and kinds at this
+/// worker's limits are skipped.
 pub const EVENT_DUE: &str = "
-    SELECT e.id, e.state FROM tickmark_events AS e
+    SELECT e.id, e.state, e.limit_key, e.limit_n,
+           (SELECT count(*) FROM tickmark_events AS r
+            WHERE r.limit_key = e.limit_key AND r.state = 'running' AND r.due_at > ?1) AS held
+    FROM tickmark_events AS e
     WHERE e.state IN ('pending', 'running') AND e.due_at <= ?1
       AND e.source NOT IN (SELECT value FROM json_each(?3))
       AND (e.source || char(31) || e.kind) NOT IN (SELECT value FROM json_each(?4))
@@ -40,6 +48,9 @@ pub const EVENT_DUE: &str = "
           SELECT 1 FROM tickmark_events AS earlier
           WHERE earlier.resource_key = e.resource_key AND earlier.id < e.id
             AND earlier.state IN ('pending', 'running'))
+      AND (e.limit_key IS NULL OR (
+          SELECT count(*) FROM tickmark_events AS r
+          WHERE r.limit_key = e.limit_key AND r.state = 'running' AND r.due_at > ?1) < e.limit_n)
     ORDER BY e.due_at, e.id
     LIMIT ?2";
 
@@ -56,6 +67,7 @@ pub const EVENT_CLAIM: &str = "
         progress = NULL,
         progress_message = NULL,
         snoozed = 0,
+        throttled_by = NULL,
         takeovers = takeovers + (state = 'running'),
         last_error = CASE WHEN state = 'running'
             THEN 'interrupted: the lease of ' || coalesce(lease_owner, 'a worker')
@@ -81,9 +93,27 @@ pub const EVENT_RELEASE: &str = "
     UPDATE tickmark_events
     SET state = 'pending', due_at = ?3,
         attempt = CASE WHEN ?4 THEN max(attempt - 1, 0) ELSE attempt END,
-        snoozed = ?5, last_error = coalesce(?6, last_error),
+        snoozed = ?5, last_error = coalesce(?6, last_error), throttled_by = ?7,
         progress = NULL, progress_message = NULL
     WHERE id = ?1 AND lease_token = ?2 AND state = 'running'";
+
+/// Take one token from a bucket (GCRA; see the PostgreSQL statement): `?2`
+/// is now in µs, `?3` the refill in µs, `?4` the burst. Returns the new
+/// arrival time when a token was taken, no row when the bucket is empty.
+pub const RATE_TAKE: &str = "
+    INSERT INTO tickmark_rate_buckets AS b (bucket, tat_us) VALUES (?1, ?2 + ?3)
+    ON CONFLICT (bucket) DO UPDATE
+    SET tat_us = max(b.tat_us, ?2) + ?3
+    WHERE max(b.tat_us, ?2) + ?3 - ?2 <= ?4 * ?3
+    RETURNING tat_us";
+
+/// The bucket was empty: a place in the line of waiting steps (see the
+/// PostgreSQL statement); `?2` is now in µs. Answers µs from now.
+pub const RATE_WAIT: &str = "
+    UPDATE tickmark_rate_buckets
+    SET wait_us = max(wait_us + ?3, tat_us - (?4 - 1) * ?3)
+    WHERE bucket = ?1
+    RETURNING wait_us - ?2";
 
 /// What the running step reports, under its live lease (?5 is now).
 pub const EVENT_PROGRESS: &str = "
