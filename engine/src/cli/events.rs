@@ -260,12 +260,14 @@ async fn detail(store: &dyn Store, target: &Target) -> Result<Detail, Failure> {
         .and_then(|plan| plan.pointer("/retry/max_attempts"))
         .and_then(Value::as_u64)
         .and_then(|n| u32::try_from(n).ok());
+    let key_slots = store.event_key_slots(seq).await?;
     let views: Vec<StepView> = steps.iter().map(StepView::from).collect();
     let explanation = explain(&Facts {
         record: &record,
         steps: &views,
         audit: &audit,
         max_attempts,
+        key_slots: key_slots.as_ref(),
         now: Utc::now(),
     });
     Ok(Detail {

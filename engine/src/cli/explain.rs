@@ -6,7 +6,7 @@ use chrono::{DateTime, Utc};
 use super::format::{relative, time};
 use super::printable;
 use crate::event::{EventState, StepState};
-use crate::store::admin::AuditEntry;
+use crate::store::admin::{AuditEntry, KeySlots};
 use crate::store::{EventRecord, StepStatus};
 
 /// What an explanation reads of one step-status row.
@@ -47,6 +47,8 @@ pub(crate) struct Facts<'a> {
     pub audit: &'a [AuditEntry],
     /// Attempts per step in the event's stored retry policy.
     pub max_attempts: Option<u32>,
+    /// Its concurrency key's slots, when it has one.
+    pub key_slots: Option<&'a KeySlots>,
     pub now: DateTime<Utc>,
 }
 
@@ -337,10 +339,21 @@ fn reason(entry: &AuditEntry) -> String {
 fn pending(facts: &Facts<'_>) -> String {
     let record = facts.record;
     if record.due_at > facts.now {
-        let failed = facts
-            .current()
-            .is_some_and(|s| s.state == StepState::Retrying);
-        return if failed {
+        let state = facts.current().map(|s| s.state);
+        let failed = state == Some(StepState::Retrying);
+        return if state == Some(StepState::Throttled) {
+            format!(
+                "Throttled until {}: {} waits for a token of its rate limit, {}. No attempt \
+                 is spent and no worker holds it meanwhile; steps waiting on one bucket come \
+                 back one refill apart.",
+                facts.at(record.due_at),
+                facts.current_step(),
+                record
+                    .last_error
+                    .as_deref()
+                    .unwrap_or("its bucket was empty"),
+            )
+        } else if failed {
             format!(
                 "Waiting until {} to retry {}: {} failed: {}. Attempt {} runs then.",
                 facts.at(record.due_at),
@@ -362,6 +375,25 @@ fn pending(facts: &Facts<'_>) -> String {
                 facts.current_step()
             )
         };
+    }
+    if let Some(slots) = facts
+        .key_slots
+        .filter(|s| s.holders.len() >= s.limit.max(0) as usize)
+    {
+        let holders: Vec<String> = slots
+            .holders
+            .iter()
+            .map(|(seq, id)| format!("{seq} ({id})"))
+            .collect();
+        return format!(
+            "Waiting for a slot of key `{}`: at most {} of its events run at once, fleet-wide, \
+             and events {} hold them now. It is claimed when one of them finishes, gives up \
+             its lease or loses it; then {} runs.",
+            slots.key,
+            slots.limit,
+            holders.join(", "),
+            facts.current_step(),
+        );
     }
     let waited = (facts.now - record.due_at).to_std().unwrap_or_default();
     let mut text = format!(
@@ -450,8 +482,68 @@ mod tests {
             steps,
             audit,
             max_attempts: Some(5),
+            key_slots: None,
             now: now(),
         })
+    }
+
+    #[test]
+    fn a_throttled_event_names_its_limit_and_when_its_token_is_due() {
+        let mut r = record(EventState::Pending, 1, 0);
+        r.due_at = now() + chrono::Duration::seconds(2);
+        r.last_error = Some("throttled by rate limit `admin_api` (bucket `admin_api:a`): the next token is due in 2.0 s".into());
+        let text = say(&r, &steps(StepState::Throttled), &[]);
+        assert!(
+            text.starts_with("Throttled until 2026-11-30T06:00:02Z (in 2s)"),
+            "{text}"
+        );
+        assert!(text.contains("bucket `admin_api:a`"), "{text}");
+        assert!(text.contains("No attempt is spent"), "{text}");
+    }
+
+    #[test]
+    fn an_event_of_a_full_key_names_the_events_holding_it() {
+        let r = record(EventState::Pending, 0, 0);
+        let slots = KeySlots {
+            key: "shop:a".into(),
+            limit: 2,
+            holders: vec![(7, "evt_7".into()), (9, "evt_9".into())],
+        };
+        let views = steps(StepState::Pending);
+        let text = explain(&Facts {
+            record: &r,
+            steps: &views,
+            audit: &[],
+            max_attempts: Some(5),
+            key_slots: Some(&slots),
+            now: now(),
+        });
+        assert!(
+            text.starts_with("Waiting for a slot of key `shop:a`"),
+            "{text}"
+        );
+        assert!(text.contains("at most 2 of its events"), "{text}");
+        assert!(
+            text.contains("events 7 (evt_7), 9 (evt_9) hold them"),
+            "{text}"
+        );
+
+        let free = KeySlots {
+            holders: vec![(7, "evt_7".into())],
+            ..slots
+        };
+        let text = explain(&Facts {
+            record: &r,
+            steps: &views,
+            audit: &[],
+            max_attempts: Some(5),
+            key_slots: Some(&free),
+            now: now(),
+        });
+        assert!(
+            text.starts_with("Queued"),
+            "a key with room does not explain a wait: {text}"
+        );
     }
 
     #[test]

@@ -34,7 +34,7 @@ pub(crate) fn schema_version(backend: Backend) -> i64 {
 
 /// What `tickmark --version` prints after the name: the crate version and the
 /// newest migration it knows per backend built in, e.g. `0.1.0 (schema:
-/// postgres 7, sqlite 5)`. The backends number their migrations apart, so
+/// postgres 8, sqlite 6)`. The backends number their migrations apart, so
 /// each is shown.
 pub(crate) fn version() -> &'static str {
     // clap wants a `&'static str`; the schema versions are only known at run

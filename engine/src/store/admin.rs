@@ -32,6 +32,18 @@ pub struct EventFilter {
     pub limit: u32,
 }
 
+/// Who holds the slots of a concurrency-limited event's key
+/// ([`Handler::concurrency_per`](crate::Handler::concurrency_per)).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct KeySlots {
+    /// `{source}:{value}`.
+    pub key: String,
+    /// At most this many of the key's events run at once.
+    pub limit: i32,
+    /// The key's running events: (row number, event id).
+    pub holders: Vec<(i64, String)>,
+}
+
 /// One audit row: a manual action on an event.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct AuditEntry {
@@ -91,6 +103,11 @@ pub trait Admin: Send + Sync {
     /// The stored plan of one event (JSON: its `retry` policy and its `steps`,
     /// each with `name` and typetag `type`), for explaining where it is.
     async fn event_plan(&self, event_seq: i64) -> Result<Option<serde_json::Value>, StoreError>;
+
+    /// A concurrency-limited event's key, its limit, and the events that hold
+    /// its slots now (running under a live lease; at most ten, oldest first).
+    /// `None` when the event has no concurrency key.
+    async fn event_key_slots(&self, event_seq: i64) -> Result<Option<KeySlots>, StoreError>;
 
     /// Change one event as `decide` says, fenced and audited, in one
     /// transaction: read the event locked, call `decide` with what was found,

@@ -52,7 +52,7 @@ async fn states(db: &TestDb, seqs: &[i64]) -> HashMap<StepState, usize> {
     counts
 }
 
-/// Guarantee 9: a rate-limited step runs only with a token from its key's
+/// Guarantee 10: a rate-limited step runs only with a token from its key's
 /// bucket; one that finds the bucket empty does not run, spends no attempt,
 /// holds no lease, and shows as `throttled` until its token is due. Other
 /// keys are not held up.
@@ -123,7 +123,7 @@ pub async fn an_empty_bucket_throttles_the_step_without_spending_an_attempt(db: 
     );
 }
 
-/// Guarantee 9, fleet-wide: two engines (as two processes would) on one
+/// Guarantee 10, fleet-wide: two engines (as two processes would) on one
 /// database share each key's bucket, so together they run only its burst.
 pub async fn workers_on_one_database_share_each_bucket(db: TestDb) {
     let first = engine(&db, rate_limited_handlers(2));
@@ -204,7 +204,7 @@ fn claim(worker: &str, limit: u32) -> ClaimParams<'_> {
     ClaimParams::new(worker, limit, Duration::from_secs(60))
 }
 
-/// Guarantee 10: the claim leases at most N events of a key at once, in
+/// Guarantee 11: the claim leases at most N events of a key at once, in
 /// one batch or across claimers; a key's slot frees when its event leaves
 /// `running`; other keys are not held up.
 pub async fn a_key_never_has_more_running_events_than_its_limit(db: TestDb) {
@@ -252,7 +252,7 @@ pub async fn a_key_never_has_more_running_events_than_its_limit(db: TestDb) {
     assert_eq!(fifth.len(), 1, "{fifth:?}");
 }
 
-/// Guarantee 10 under racing claimers: many single-event claims at once
+/// Guarantee 11 under racing claimers: many single-event claims at once
 /// still lease only the limit.
 pub async fn racing_claims_never_exceed_a_keys_limit(db: TestDb) {
     let engine = engine(&db, limited_handlers(2, 0));
@@ -278,7 +278,7 @@ pub async fn racing_claims_never_exceed_a_keys_limit(db: TestDb) {
     assert_eq!(leased, 2);
 }
 
-/// Guarantee 10 end to end: two workers run every event of a key, never
+/// Guarantee 11 end to end: two workers run every event of a key, never
 /// more than its limit at once (the steps' run windows never overlap by
 /// more than two), and the other keys alongside.
 pub async fn workers_run_every_event_of_a_limited_key(db: TestDb) {

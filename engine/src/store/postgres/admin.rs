@@ -12,8 +12,8 @@ use sqlx::{PgConnection, Row};
 use super::{admin_sql as sql, record_from_row, sql as engine_sql, PostgresStore};
 use crate::event::EventState;
 use crate::store::admin::{
-    Admin, AuditEntry, AuditNote, Decide, Decision, EventFilter, EventSnapshot, StatusReport,
-    TransitionError,
+    Admin, AuditEntry, AuditNote, Decide, Decision, EventFilter, EventSnapshot, KeySlots,
+    StatusReport, TransitionError,
 };
 use crate::store::Store;
 use crate::store::{decode, EventRecord, StoreError};
@@ -247,6 +247,25 @@ impl Admin for PostgresStore {
             .await?;
         plan.map(|plan| decode::json(&plan, "stored plan"))
             .transpose()
+    }
+
+    async fn event_key_slots(&self, event_seq: i64) -> Result<Option<KeySlots>, StoreError> {
+        let key: Option<(String, i32)> = sqlx::query_as(sql::EVENT_KEY)
+            .bind(event_seq)
+            .fetch_optional(&self.pool)
+            .await?;
+        let Some((key, limit)) = key else {
+            return Ok(None);
+        };
+        let holders: Vec<(i64, String)> = sqlx::query_as(sql::KEY_HOLDERS)
+            .bind(&key)
+            .fetch_all(&self.pool)
+            .await?;
+        Ok(Some(KeySlots {
+            key,
+            limit,
+            holders,
+        }))
     }
 
     async fn event_transition(

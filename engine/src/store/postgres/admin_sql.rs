@@ -163,3 +163,13 @@ pub const EVENT_PRUNE: &str = "
         DELETE FROM tickmark_steps WHERE event_seq IN (SELECT id FROM gone)
     )
     SELECT count(*) FROM gone";
+
+/// A concurrency-limited event's key and limit.
+pub const EVENT_KEY: &str =
+    "SELECT limit_key, limit_n FROM tickmark_events WHERE id = $1 AND limit_key IS NOT NULL";
+
+/// The events holding a key's slots: running under a live lease.
+pub const KEY_HOLDERS: &str = "
+    SELECT id, dedup_key FROM tickmark_events
+    WHERE limit_key = $1 AND state = 'running' AND due_at > now()
+    ORDER BY id LIMIT 10";

@@ -149,3 +149,13 @@ pub const EVENT_PRUNE: &str = "
         ORDER BY id
         LIMIT ?3
     )";
+
+/// A concurrency-limited event's key and limit.
+pub const EVENT_KEY: &str =
+    "SELECT limit_key, limit_n FROM tickmark_events WHERE id = ?1 AND limit_key IS NOT NULL";
+
+/// The events holding a key's slots: running under a live lease (?2 is now).
+pub const KEY_HOLDERS: &str = "
+    SELECT id, dedup_key FROM tickmark_events
+    WHERE limit_key = ?1 AND state = 'running' AND due_at > ?2
+    ORDER BY id LIMIT 10";
