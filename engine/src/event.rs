@@ -123,11 +123,15 @@ pub enum EventState {
     /// Skipped as stale: its sequence was not newer than the last one applied
     /// for its resource (docs/ordering.md). Recorded, never applied. Final.
     Stale,
+    /// Coalesced by debounce: a later event of its key took its place while
+    /// it waited (`superseded_by` names it; docs/flow_control.md). Recorded,
+    /// never run. Final.
+    Superseded,
 }
 
 impl EventState {
     /// Every state, in lifecycle order.
-    pub const ALL: [EventState; 8] = [
+    pub const ALL: [EventState; 9] = [
         EventState::Pending,
         EventState::Running,
         EventState::Done,
@@ -136,6 +140,7 @@ impl EventState {
         EventState::Ignored,
         EventState::Cancelled,
         EventState::Stale,
+        EventState::Superseded,
     ];
 
     /// The state's name as stored in SQL.
@@ -149,6 +154,7 @@ impl EventState {
             EventState::Ignored => "ignored",
             EventState::Cancelled => "cancelled",
             EventState::Stale => "stale",
+            EventState::Superseded => "superseded",
         }
     }
 
@@ -191,6 +197,8 @@ pub enum StepState {
     Cancelled,
     /// The event was skipped as stale before this step ran.
     Stale,
+    /// The event was coalesced into a later one (debounce) before this step ran.
+    Superseded,
     /// The event ended (dead, parked, cancelled) before reaching this step.
     NotRun,
 }
@@ -211,6 +219,7 @@ impl StepState {
             StepState::Parked => "parked",
             StepState::Cancelled => "cancelled",
             StepState::Stale => "stale",
+            StepState::Superseded => "superseded",
             StepState::NotRun => "not_run",
         }
     }
@@ -250,6 +259,7 @@ impl FromStr for StepState {
             Parked,
             Cancelled,
             Stale,
+            Superseded,
             NotRun,
         ]
         .into_iter()

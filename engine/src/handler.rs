@@ -2,8 +2,9 @@
 //! registry that finds the handler of an incoming event.
 
 use std::collections::{HashMap, HashSet};
+use std::time::Duration;
 
-use crate::flow::{FlowKey, RateLimit, RateLimitError, RateLimitUse};
+use crate::flow::{Debounce, FlowKey, RateLimit, RateLimitError, RateLimitUse};
 use crate::ordering::Ordering;
 use crate::plan::{Plan, StepOptions, StepToEncode};
 use crate::retry::RetryPolicy;
@@ -115,6 +116,7 @@ pub struct Handler {
     retry: RetryPolicy,
     ordering: Option<Ordering>,
     concurrency: Option<(FlowKey, u32)>,
+    debounce: Option<Debounce>,
     problem: Option<&'static str>,
 }
 
@@ -200,6 +202,34 @@ impl Handler {
         self
     }
 
+    /// Coalesce bursts per key: an event of a key (JSON pointers into the
+    /// payload, namespaced by source) waits `window` before it runs; a newer
+    /// event of the same key arriving meanwhile supersedes it (recorded as
+    /// `superseded`, pointing at the newer one) and waits in its place, until
+    /// the key has been quiet for `window` — or `max_wait` has passed since
+    /// the first event of the burst, so a constant stream still runs. With
+    /// [`skip_stale`](Self::skip_stale), the event kept is the one with the
+    /// newest sequence, not the last to arrive. A duplicate delivery of a
+    /// superseded event is still a duplicate.
+    pub fn debounce_per(
+        mut self,
+        key: impl Into<FlowKey>,
+        window: Duration,
+        max_wait: Duration,
+    ) -> Self {
+        if window.is_zero() || max_wait < window {
+            self.problem = Some(
+                "debounce_per() needs a window above zero and a max_wait of at least the window",
+            );
+        }
+        self.debounce = Some(Debounce {
+            key: key.into(),
+            window,
+            max_wait,
+        });
+        self
+    }
+
     /// Run at most `limit` events of one key at once, across every worker
     /// process on the database; `key` is a JSON pointer into the payload (or
     /// several), namespaced by the event's source. An event of a full key is
@@ -253,6 +283,8 @@ pub(crate) struct CompiledHandler {
     pub ordering: Option<Ordering>,
     /// At most this many events of a key running at once, fleet-wide.
     pub concurrency: Option<(FlowKey, i32)>,
+    /// How bursts of one key are coalesced.
+    pub debounce: Option<Debounce>,
 }
 
 impl CompiledHandler {
@@ -265,6 +297,14 @@ impl CompiledHandler {
     ) -> Option<(String, i32)> {
         let (key, limit) = self.concurrency.as_ref()?;
         Some((format!("{source}:{}", key.value_of(payload)?), *limit))
+    }
+
+    /// The debounce key of an event from `source` with this payload, when
+    /// the handler debounces and the payload has the key (an event without
+    /// it is not debounced).
+    pub fn debounce_key_of(&self, source: &str, payload: &serde_json::Value) -> Option<String> {
+        let debounce = self.debounce.as_ref()?;
+        Some(format!("{source}:{}", debounce.key.value_of(payload)?))
     }
 }
 
@@ -376,6 +416,7 @@ impl Handlers {
                     .concurrency
                     .clone()
                     .map(|(key, limit)| (key, i32::try_from(limit).unwrap_or(i32::MAX))),
+                debounce: handler.debounce.clone(),
             };
             if by_source
                 .entry(source.clone())

@@ -1,5 +1,6 @@
--- Flow control across the fleet (docs/flow_control.md): rate limits and
--- concurrency limits per key, shared by every worker on this database.
+-- Flow control across the fleet (docs/flow_control.md): rate limits,
+-- concurrency limits and debounce per key, shared by every worker on this
+-- database.
 
 -- One token bucket per (rate limit, key), kept as GCRA's single number: the
 -- theoretical arrival time of the next request, in microseconds since the
@@ -21,7 +22,24 @@ ALTER TABLE tickmark_events
     -- At most `limit_n` events of one `limit_key` (`{source}:{value}`) run
     -- at once, fleet-wide (`Handler::concurrency_per`).
     ADD COLUMN limit_key TEXT,
-    ADD COLUMN limit_n INT;
+    ADD COLUMN limit_n INT,
+    -- Debounce (`Handler::debounce_per`): the key (`{source}:{value}`), when
+    -- the burst this event waits in began, and, once a newer event of the
+    -- key took its place, that event.
+    ADD COLUMN debounce_key TEXT,
+    ADD COLUMN burst_started_at TIMESTAMPTZ,
+    ADD COLUMN superseded_by BIGINT;
+
+-- A new final state: coalesced into a later event of its debounce key.
+ALTER TABLE tickmark_events
+    DROP CONSTRAINT tickmark_events_state_check,
+    ADD CONSTRAINT tickmark_events_state_check CHECK (state IN
+        ('pending', 'running', 'done', 'dead', 'parked', 'ignored', 'cancelled', 'stale',
+         'superseded'));
+
+-- An accept finds the events of its key still waiting through this index.
+CREATE INDEX tickmark_events_debounce ON tickmark_events (debounce_key)
+    WHERE state = 'pending' AND debounce_key IS NOT NULL;
 
 -- The claim counts the running events of a key through this index.
 CREATE INDEX tickmark_events_limit ON tickmark_events (limit_key)

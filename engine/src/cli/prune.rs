@@ -13,7 +13,7 @@ use super::{Failure, Output};
 use crate::store::Store;
 
 pub(crate) const LONG_ABOUT: &str = "\
-Delete finished events (done, ignored, cancelled, stale; dead ones too with
+Delete finished events (done, ignored, cancelled, stale, superseded; dead ones too with
 --include-dead) received more than --older-than ago, oldest first, in batches of --batch
 events per transaction, with their step rows and audit rows. Pending and running events
 are never deleted. Safe against a running fleet, and safe to interrupt: each batch
@@ -72,7 +72,7 @@ pub(crate) async fn run(store: &dyn Store, out: Output, args: PruneArgs) -> Resu
         }
     }
 
-    let mut states = vec!["done", "ignored", "cancelled", "stale"];
+    let mut states = vec!["done", "ignored", "cancelled", "stale", "superseded"];
     if args.include_dead {
         states.push("dead");
     }

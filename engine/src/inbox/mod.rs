@@ -19,7 +19,7 @@ use crate::outcome::StepError;
 use crate::plan::Plan;
 use crate::retry::RetryPolicy;
 use crate::store::transient::retry_transient;
-use crate::store::{EventInsert, InsertOutcome, Store, StoreError};
+use crate::store::{DebounceInsert, EventInsert, InsertOutcome, Store, StoreError};
 
 /// How long an accept retries a transient store error before giving up (the
 /// receiver then answers 503 and the provider retries).
@@ -73,6 +73,15 @@ pub(crate) async fn accept(
             .map(|ordering| ordering.keys(&event.source, &event.payload))
             .unwrap_or_default();
         let limit = handler.and_then(|h| h.concurrency_of(&event.source, &event.payload));
+        let debounce_key = handler.and_then(|h| h.debounce_key_of(&event.source, &event.payload));
+        let debounce = handler
+            .and_then(|h| h.debounce.as_ref())
+            .zip(debounce_key.as_deref())
+            .map(|(debounce, key)| DebounceInsert {
+                key,
+                window: debounce.window,
+                max_wait: debounce.max_wait,
+            });
         let (plan_json, step_count, state) = match handler {
             Some(handler) => (
                 handler.plan_json.as_str(),
@@ -95,6 +104,7 @@ pub(crate) async fn accept(
             resource_seq: ordering.resource_seq,
             limit_key: limit.as_ref().map(|(key, _)| key.as_str()),
             limit_n: limit.as_ref().map(|(_, n)| *n),
+            debounce,
         };
         let outcome = retry_transient("accept", ACCEPT_RETRY_BUDGET, || {
             store.event_insert(&insert)

@@ -125,7 +125,8 @@ pub trait Admin: Send + Sync {
         decide: &Decide<'_>,
     ) -> Result<EventRecord, TransitionError>;
 
-    /// Delete up to `batch` finished events (done, ignored, cancelled, stale;
+    /// Delete up to `batch` finished events (done, ignored, cancelled, stale,
+    /// superseded;
     /// and dead when `include_dead`) received more than `older_than` ago,
     /// oldest first, with their steps and audit rows. Returns how many were
     /// deleted (fewer than `batch`: nothing is left).

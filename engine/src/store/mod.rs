@@ -6,6 +6,7 @@
 //! The shared conformance suite in `tests/` runs against both backends.
 
 pub mod admin;
+pub(crate) mod debounce;
 pub(crate) mod decode;
 mod error;
 pub(crate) mod group_commit;
@@ -28,9 +29,9 @@ use std::time::Duration;
 pub use error::StoreError;
 pub use portable_query::{PortableQuery, PortableRow, SqlValue};
 pub use records::{
-    AfterFailure, ClaimParams, ClaimedEvent, EventCounts, EventInsert, EventRecord, InsertOutcome,
-    Lease, MarkDone, MarkFailed, PlanGroup, RateTake, RateTaken, Release, SequenceCheck,
-    StepStatus, KIND_SEPARATOR,
+    AfterFailure, ClaimParams, ClaimedEvent, DebounceInsert, EventCounts, EventInsert, EventRecord,
+    InsertOutcome, Lease, MarkDone, MarkFailed, PlanGroup, RateTake, RateTaken, Release,
+    SequenceCheck, StepStatus, KIND_SEPARATOR,
 };
 pub use transaction::StepTransaction;
 pub use wakeups::Wakeups;

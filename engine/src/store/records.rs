@@ -38,6 +38,22 @@ pub struct EventInsert<'a> {
     pub limit_key: Option<&'a str>,
     /// That limit: at most this many events of `limit_key` running at once.
     pub limit_n: Option<i32>,
+    /// Coalesce with the waiting events of a key (debounce): inserted in a
+    /// transaction of its own, not batched.
+    pub debounce: Option<DebounceInsert<'a>>,
+}
+
+/// How an accepted event is coalesced with the waiting events of its key
+/// ([`Handler::debounce_per`](crate::Handler::debounce_per)).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DebounceInsert<'a> {
+    /// `{source}:{value}`.
+    pub key: &'a str,
+    /// The event (or the one that takes its place) runs once the key has
+    /// been quiet this long...
+    pub window: Duration,
+    /// ...but no later than this after the first event of the burst.
+    pub max_wait: Duration,
 }
 
 impl EventInsert<'_> {

@@ -314,3 +314,156 @@ pub async fn workers_run_every_event_of_a_limited_key(db: TestDb) {
     }
     assert_eq!(db.probe.runs_of("push").await, 16);
 }
+
+fn debounced_handlers(stale_check: bool) -> Handlers {
+    let handler = Handler::new()
+        .named_step("push", Record::default())
+        .debounce_per(
+            "/product",
+            Duration::from_millis(200),
+            Duration::from_secs(10),
+        );
+    let handler = if stale_check {
+        handler.skip_stale("/product", "/version")
+    } else {
+        handler
+    };
+    Handlers::new().on("shop", "product.updated", handler)
+}
+
+/// Guarantee 12: a burst of one key's events runs its handler once, for
+/// the latest; the others are recorded `superseded`, pointing at it, and
+/// a redelivery of one of them is still a duplicate.
+pub async fn a_burst_of_one_key_runs_once_for_the_latest_event(db: TestDb) {
+    let engine = engine(&db, debounced_handlers(false));
+    // Accepted before any worker runs: the whole burst waits together,
+    // whatever the machine's speed.
+    let mut p1 = Vec::new();
+    for n in 0..5 {
+        p1.push(
+            accept(
+                &engine,
+                &format!("evt_p1_{n}"),
+                json!({"product": "p1", "n": n}),
+            )
+            .await,
+        );
+    }
+    let p2 = accept(&engine, "evt_p2", json!({"product": "p2"})).await;
+    let no_key = accept(&engine, "evt_none", json!({})).await;
+    let latest = *p1.last().unwrap();
+    // Each arrival supersedes the one waiting before it: the pointers
+    // form a chain that ends at the event that runs.
+    for pair in p1.windows(2) {
+        let (older, newer) = (pair[0], pair[1]);
+        let record = db.store.event_get(older).await.unwrap().unwrap();
+        assert_eq!(record.state, EventState::Superseded, "{record:?}");
+        let why = record.last_error.unwrap_or_default();
+        assert!(
+            why.contains(&format!("superseded by event {newer}")),
+            "{why}"
+        );
+        assert_eq!(
+            db.store.step_status(older).await.unwrap()[0].state,
+            StepState::Superseded
+        );
+        let pointer = db
+            .probe
+            .scalar(&format!(
+                "SELECT superseded_by FROM tickmark_events WHERE id = {older}"
+            ))
+            .await;
+        assert_eq!(pointer, newer);
+    }
+    assert_eq!(
+        db.store.event_get(latest).await.unwrap().unwrap().state,
+        EventState::Pending
+    );
+
+    engine
+        .worker(quick_worker("w"))
+        .unwrap()
+        .run_until_idle()
+        .await
+        .unwrap();
+    for seq in [latest, p2, no_key] {
+        let record = db.store.event_get(seq).await.unwrap().unwrap();
+        assert_eq!(record.state, EventState::Done, "{record:?}");
+    }
+    assert_eq!(db.probe.runs("evt_p1_4", "push").await, 1);
+    assert_eq!(
+        db.probe.runs_of("push").await,
+        3,
+        "one run per key, one unkeyed"
+    );
+    let again = engine
+        .accept(NewEvent::with_id(
+            "shop",
+            "evt_p1_0",
+            "product.updated",
+            json!({"product": "p1", "n": 0}),
+        ))
+        .await
+        .unwrap();
+    assert_eq!(again, Accepted::Duplicate);
+}
+
+/// Guarantee 12 with a sequence: the event kept is the newest, whatever
+/// order the burst arrived in.
+pub async fn a_debounced_burst_keeps_the_newest_sequence(db: TestDb) {
+    let engine = engine(&db, debounced_handlers(true));
+    accept(&engine, "evt_v3", json!({"product": "p1", "version": 3})).await;
+    accept(&engine, "evt_v1", json!({"product": "p1", "version": 1})).await;
+    accept(&engine, "evt_v2", json!({"product": "p1", "version": 2})).await;
+    engine
+        .worker(quick_worker("w"))
+        .unwrap()
+        .run_until_idle()
+        .await
+        .unwrap();
+    assert_eq!(db.probe.runs("evt_v3", "push").await, 1);
+    assert_eq!(db.probe.runs_of("push").await, 1);
+    for id in ["evt_v1", "evt_v2"] {
+        assert_eq!(db.record_of("shop", id).await.state, EventState::Superseded);
+    }
+}
+
+/// An event that has started is never superseded: a later event of its
+/// key waits its own window and runs after it.
+pub async fn a_started_event_is_not_superseded(db: TestDb) {
+    let engine = engine(&db, debounced_handlers(false));
+    let first = accept(&engine, "evt_1", json!({"product": "p1"})).await;
+    db.probe.expire_lease(first).await; // due now
+    let claimed = db.store.event_claim_many(&claim("w1", 10)).await.unwrap();
+    assert_eq!(claimed.len(), 1);
+    let second = accept(&engine, "evt_2", json!({"product": "p1"})).await;
+    let first_record = db.store.event_get(first).await.unwrap().unwrap();
+    assert_eq!(first_record.state, EventState::Running);
+    let second_record = db.store.event_get(second).await.unwrap().unwrap();
+    assert_eq!(second_record.state, EventState::Pending);
+}
+
+/// Guarantee 12 under racing accepts (several receivers at once): one
+/// event of the key is left waiting, every other is superseded.
+pub async fn racing_accepts_of_one_key_leave_one_event_waiting(db: TestDb) {
+    let engine = std::sync::Arc::new(engine(&db, debounced_handlers(false)));
+    let mut accepts = tokio::task::JoinSet::new();
+    for n in 0..16 {
+        let engine = std::sync::Arc::clone(&engine);
+        accepts.spawn(async move {
+            accept(&engine, &format!("evt_{n}"), json!({"product": "p1"})).await
+        });
+    }
+    while let Some(accepted) = accepts.join_next().await {
+        accepted.unwrap();
+    }
+    let waiting = db
+        .probe
+        .scalar("SELECT count(*) FROM tickmark_events WHERE state = 'pending'")
+        .await;
+    let superseded = db
+        .probe
+        .scalar("SELECT count(*) FROM tickmark_events WHERE state = 'superseded'")
+        .await;
+    assert_eq!((waiting, superseded), (1, 15));
+}

@@ -4,6 +4,7 @@
 
 mod admin;
 mod admin_sql;
+mod debounce;
 mod sql;
 
 use std::sync::Arc;
@@ -369,7 +370,10 @@ impl Store for PostgresStore {
     }
 
     async fn event_insert(&self, event: &EventInsert<'_>) -> Result<InsertOutcome, StoreError> {
-        self.inserts.try_submit(event.to_owned_insert()).await?
+        match &event.debounce {
+            Some(debounce) => self.insert_debounced(event, debounce).await,
+            None => self.inserts.try_submit(event.to_owned_insert()).await?,
+        }
     }
 
     async fn event_claim_many(

@@ -31,6 +31,46 @@ pub const EVENT_INSERT_MANY: &str = "
     FROM inserted
     LEFT JOIN LATERAL (SELECT pg_notify($11, '') WHERE inserted.state = 'pending') AS woken ON true";
 
+/// Accepts of one debounce key take turns (until the transaction ends).
+pub const DEBOUNCE_LOCK: &str =
+    "SELECT pg_advisory_xact_lock(hashtextextended('tickmark.debounce:' || $1, 0))";
+
+/// Insert a debounced event (scheduled by [`DEBOUNCE_SCHEDULE`] once the
+/// burst is decided); answers its id and the transaction's time.
+pub const DEBOUNCE_INSERT: &str = "
+    INSERT INTO tickmark_events
+        (source, dedup_key, kind, payload, plan, state, step_count, due_at, resource_key,
+         resource_seq, replay_key, limit_key, limit_n, debounce_key, burst_started_at)
+    VALUES ($1, $2, $3, $4::json, $5::json, 'pending', $6, now(), $7, $8, $9, $10, $11, $12,
+            now())
+    ON CONFLICT DO NOTHING
+    RETURNING id, now()";
+
+/// The key's other events that have not started (a failed attempt, a lease
+/// or a finished step would make them ineligible), locked.
+pub const DEBOUNCE_WAITING: &str = "
+    SELECT id, resource_seq, burst_started_at FROM tickmark_events
+    WHERE debounce_key = $1 AND state = 'pending' AND next_step = 0 AND attempt = 0
+      AND id <> $2
+    ORDER BY id
+    FOR UPDATE";
+
+/// Coalesce: the burst's other events end `superseded`, pointing at the survivor.
+pub const DEBOUNCE_SUPERSEDE: &str = "
+    UPDATE tickmark_events
+    SET state = 'superseded', superseded_by = $2, finished_at = now(), last_error = $3
+    WHERE id = ANY($1) AND state = 'pending'";
+
+/// The survivor runs when the burst has been quiet (or waited long enough);
+/// idle workers re-read the next due time.
+pub const DEBOUNCE_SCHEDULE: &str = "
+    WITH scheduled AS (
+        UPDATE tickmark_events SET due_at = $2, burst_started_at = $3
+        WHERE id = $1 AND state = 'pending'
+        RETURNING id
+    )
+    SELECT scheduled.id FROM scheduled CROSS JOIN LATERAL pg_notify($4, '') AS notified";
+
 /// Lease due events in one statement: `tickmark_claim` (migration 0003).
 /// It walks `tickmark_events_due` in its exact order (no sort of the backlog,
 /// whatever the table's statistics say) and locks with SKIP LOCKED, so

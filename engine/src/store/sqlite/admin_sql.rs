@@ -144,7 +144,7 @@ pub const EVENT_PRUNE: &str = "
     DELETE FROM tickmark_events
     WHERE id IN (
         SELECT id FROM tickmark_events
-        WHERE (state IN ('done', 'ignored', 'cancelled', 'stale') OR (?2 AND state = 'dead'))
+        WHERE (state IN ('done', 'ignored', 'cancelled', 'stale', 'superseded') OR (?2 AND state = 'dead'))
           AND received_at < ?1
         ORDER BY id
         LIMIT ?3

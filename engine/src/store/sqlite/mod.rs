@@ -11,6 +11,7 @@
 
 mod admin;
 mod admin_sql;
+mod debounce;
 mod sql;
 mod time;
 
@@ -382,6 +383,9 @@ impl Store for SqliteStore {
     }
 
     async fn event_insert(&self, event: &EventInsert<'_>) -> Result<InsertOutcome, StoreError> {
+        if let Some(debounce) = &event.debounce {
+            return self.insert_debounced(event, debounce).await;
+        }
         let outcome = self.inserts.try_submit(event.to_owned_insert()).await??;
         if matches!(outcome, InsertOutcome::New(_)) && event.state == EventState::Pending {
             self.wake_workers();

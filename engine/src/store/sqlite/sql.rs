@@ -257,3 +257,34 @@ pub const PLANS_UNFINISHED: &str = "
     WHERE state IN ('pending', 'running', 'dead', 'parked')
     GROUP BY plan
     ORDER BY min(id)";
+
+/// Insert a debounced event (scheduled by [`DEBOUNCE_SCHEDULE`] once the
+/// burst is decided); `?7` is now.
+pub const DEBOUNCE_INSERT: &str = "
+    INSERT INTO tickmark_events
+        (source, dedup_key, kind, payload, plan, state, step_count, due_at, received_at,
+         resource_key, resource_seq, replay_key, limit_key, limit_n, debounce_key,
+         burst_started_at)
+    VALUES (?1, ?2, ?3, ?4, ?5, 'pending', ?6, ?7, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?7)
+    ON CONFLICT DO NOTHING
+    RETURNING id";
+
+/// The key's other events that have not started (inside the write
+/// transaction: no claim can take one meanwhile).
+pub const DEBOUNCE_WAITING: &str = "
+    SELECT id, resource_seq, burst_started_at FROM tickmark_events
+    WHERE debounce_key = ?1 AND state = 'pending' AND next_step = 0 AND attempt = 0
+      AND id <> ?2
+    ORDER BY id";
+
+/// Coalesce: the burst's other events (a JSON list) end `superseded`,
+/// pointing at the survivor; `?4` is now.
+pub const DEBOUNCE_SUPERSEDE: &str = "
+    UPDATE tickmark_events
+    SET state = 'superseded', superseded_by = ?2, finished_at = ?4, last_error = ?3
+    WHERE id IN (SELECT value FROM json_each(?1)) AND state = 'pending'";
+
+/// The survivor runs when the burst has been quiet (or waited long enough).
+pub const DEBOUNCE_SCHEDULE: &str = "
+    UPDATE tickmark_events SET due_at = ?2, burst_started_at = ?3
+    WHERE id = ?1 AND state = 'pending'";
