@@ -58,6 +58,7 @@ on_both_backends!(
     the_token_guards_every_page_and_metrics,
     a_browser_session_reads_pages_and_its_forms_are_csrf_safe,
     metrics_are_valid_prometheus_text_and_move_with_work,
+    an_event_page_says_which_limit_holds_the_event_back,
 );
 
 // ---------------------------------------------------------------------------
@@ -1524,4 +1525,82 @@ mod exposition {
             assert!(parse(bad).is_err(), "accepted:\n{bad}");
         }
     }
+}
+
+/// Flow control on the event page: an event of a full concurrency key says
+/// which events hold the key (with links), and a superseded event says
+/// which event took its place.
+pub async fn an_event_page_says_which_limit_holds_the_event_back(db: TestDb) {
+    let handlers = Handlers::new()
+        .on(
+            "shop",
+            "product.synced",
+            Handler::new()
+                .named_step("sync", Record::default())
+                .concurrency_per("/shop", 1),
+        )
+        .on(
+            "shop",
+            "product.updated",
+            Handler::new()
+                .named_step("push", Record::default())
+                .debounce_per(
+                    "/product",
+                    std::time::Duration::from_secs(60),
+                    std::time::Duration::from_secs(600),
+                ),
+        );
+    let engine = engine(&db, handlers);
+    let router = Dashboard::new(engine.clone()).token(TOKEN).router();
+    let json = serde_json::json!({ "shop": "a" });
+    accept(
+        &engine,
+        "shop",
+        "evt_holder",
+        "product.synced",
+        json.clone(),
+    )
+    .await;
+    accept(&engine, "shop", "evt_waiter", "product.synced", json).await;
+    let holder = seq_of(&db, "shop", "evt_holder").await;
+    let waiter = seq_of(&db, "shop", "evt_waiter").await;
+    let claimed = db
+        .store
+        .event_claim_many(&tickmark::store::ClaimParams::new(
+            "w",
+            10,
+            std::time::Duration::from_secs(60),
+        ))
+        .await
+        .unwrap();
+    assert_eq!(claimed.len(), 1, "the key allows one");
+
+    let waiting = page(&get(&router, &format!("/events/{waiter}")).await);
+    assert!(waiting.contains("id=\"key-wait\""), "{waiting}");
+    assert!(waiting.contains("shop:a"), "{waiting}");
+    assert!(
+        waiting.contains(&format!("/events/{holder}\">#{holder}</a>")),
+        "a link to the holder: {waiting}"
+    );
+    let holding = page(&get(&router, &format!("/events/{holder}")).await);
+    assert!(!holding.contains("id=\"key-wait\""), "the holder runs");
+
+    for id in ["evt_u1", "evt_u2"] {
+        accept(
+            &engine,
+            "shop",
+            id,
+            "product.updated",
+            serde_json::json!({ "product": "p1" }),
+        )
+        .await;
+    }
+    let first = seq_of(&db, "shop", "evt_u1").await;
+    let second = seq_of(&db, "shop", "evt_u2").await;
+    let superseded = page(&get(&router, &format!("/events/{first}")).await);
+    assert!(superseded.contains("s-superseded"), "{superseded}");
+    assert!(
+        superseded.contains(&format!("superseded by event {second}")),
+        "{superseded}"
+    );
 }

@@ -14,7 +14,7 @@ use crate::dashboard::html::{self, Page};
 use crate::dashboard::viewer::Viewer;
 use crate::dashboard::{store_failure, Shared};
 use crate::event::{EventState, StepState};
-use crate::store::admin::AuditEntry;
+use crate::store::admin::{AuditEntry, KeySlots};
 use crate::store::{EventRecord, StepStatus};
 
 /// The most payload or output text shown; the rest is cut with a note.
@@ -70,6 +70,10 @@ pub(crate) async fn render(
         Ok(audit) => audit,
         Err(error) => return store_failure(viewer, &error),
     };
+    let key_slots = match store.event_key_slots(seq).await {
+        Ok(slots) => slots,
+        Err(error) => return store_failure(viewer, &error),
+    };
 
     let event = &record.event;
     let payload = serde_json::to_string_pretty(&event.payload).unwrap_or_default();
@@ -81,6 +85,7 @@ pub(crate) async fn render(
             }
         }
         (fields(&record))
+        (key_wait(viewer, &record, key_slots.as_ref()))
         h2 { "Steps" }
         (step_table(&steps))
         (retry_form(shared, viewer, &record, &steps))
@@ -92,6 +97,28 @@ pub(crate) async fn render(
     let mut page = Page::ok(viewer, format!("Event #{seq} {}", event.id), body);
     page.status = notice.map_or(StatusCode::OK, |notice| notice.status);
     page
+}
+
+/// For a due event of a full concurrency key: which events hold the key.
+fn key_wait(viewer: &Viewer, record: &EventRecord, slots: Option<&KeySlots>) -> Markup {
+    let full = slots.filter(|slots| {
+        record.state == EventState::Pending
+            && record.due_at <= Utc::now()
+            && slots.holders.len() >= usize::try_from(slots.limit).unwrap_or(0)
+    });
+    html! {
+        @if let Some(slots) = full {
+            p #key-wait {
+                "Waiting for a slot of key " span.mono { (slots.key) } ": at most "
+                (slots.limit) " of its events run at once, fleet-wide, and these hold them: "
+                @for (n, (seq, id)) in slots.holders.iter().enumerate() {
+                    @if n > 0 { ", " }
+                    a href=(viewer.base.event(*seq)) { "#" (seq) } " " span.mono { (id) }
+                }
+                ". It is claimed when one of them finishes."
+            }
+        }
+    }
 }
 
 /// The record's fields, as a key–value table.
