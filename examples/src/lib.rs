@@ -2,3 +2,4 @@
 
 pub mod bench;
 pub mod payments;
+pub mod shopsync;

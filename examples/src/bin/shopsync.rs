@@ -1,0 +1,315 @@
+//! `shopsync`: Shopify product updates pushed to the Admin API within its
+//! limits, fleet-wide: a webhook receiver and a worker in one process.
+//!
+//! ```text
+//! SHOPIFY_WEBHOOK_SECRET=shpss_test cargo run -p tickmark-examples --bin shopsync -- \
+//!     [--database-url URL] [--listen ADDR] [--admin-api-url URL] [--rate PER_SEC] \
+//!     [--burst N] [--debounce-ms MS] [--per-shop-concurrency N]
+//! ```
+//!
+//! `products/update` is debounced per product, then `push_product` POSTs the
+//! product's newest version to `<admin-api-url>/shops/<shop>/products/<id>`
+//! with an `Idempotency-Key`, taking a token from the shop's bucket first and
+//! running at most N of one shop at once; every other topic runs `record`.
+//! Several processes on one PostgreSQL database share every limit.
+//! `--help` says it all; `docs/shopsync.md` walks through it with curl and
+//! openssl.
+
+use std::net::SocketAddr;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use clap::Parser;
+use tickmark::{Engine, Receiver, WorkerConfig};
+use tickmark_examples::shopsync::{self, AdminApi, AdminApiUrl, FlowSettings, ShopifyWithShop};
+use tokio_util::sync::CancellationToken;
+
+const ABOUT: &str = "Push Shopify product updates to the Admin API within its limits, fleet-wide: \
+a receiver and a worker in one process.";
+
+const LONG_ABOUT: &str = "\
+Push Shopify product updates to the Admin API within its limits, fleet-wide: a receiver and
+a worker in one process.
+
+Routes: POST /hooks/shopify (Shopify webhooks) and GET /healthz. Every delivery is verified
+on its raw bytes (X-Shopify-Hmac-Sha256), recorded once (a redelivery answers 200
+{\"status\":\"duplicate\"}) and answered at once; a worker in the same process runs the steps.
+A delivery must name its shop in X-Shopify-Shop-Domain (<handle>.myshopify.com), or it is
+refused with 400.
+
+products/update (the product is the body's `id`):
+  debounced       a burst of updates to one product runs once, for the newest `updated_at`,
+                  after --debounce-ms of quiet (at most 10 windows after the burst began)
+  push_product    POSTs {\"id\",\"title\",\"updated_at\"} to
+                  <admin-api-url>/shops/<shop>/products/<id> with an Idempotency-Key header;
+                  one token from the shop's bucket (--rate per second, --burst when full)
+                  before each call; at most --per-shop-concurrency of one shop at once.
+                  A 429 waits its Retry-After without spending an attempt; 408, 5xx and
+                  other answers are retried; any other 4xx dead-letters the event.
+                  An update older than the one last pushed is skipped as stale.
+Every other topic runs one step, `record`, which adds (source, event id, topic, shop) to
+the `shopsync_received` table.
+
+Several `shopsync` processes on one PostgreSQL database share the work and every limit:
+the buckets, the per-shop slots and the debounce live in the database. Give them all the
+same --rate, --burst, --debounce-ms and --per-shop-concurrency.";
+
+const AFTER_HELP: &str = "\
+Environment:
+  SHOPIFY_WEBHOOK_SECRET   the app's client secret (required); several, comma-separated,
+                           while one is rotated
+  DATABASE_URL             same as --database-url
+  RUST_LOG                 log filter (default: info)
+
+Example: sign and send a product update with curl and openssl
+  export SHOPIFY_WEBHOOK_SECRET=shpss_test
+  shopsync --admin-api-url http://127.0.0.1:9000 &
+  body='{\"id\":632910392,\"title\":\"IPod Nano\",\"updated_at\":\"2024-05-01T10:00:00-04:00\"}'
+  sig=$(printf '%s' \"$body\" | openssl dgst -sha256 -hmac \"$SHOPIFY_WEBHOOK_SECRET\" -binary | base64)
+  curl -s http://127.0.0.1:8081/hooks/shopify -H \"X-Shopify-Hmac-Sha256: $sig\" \\
+       -H 'X-Shopify-Webhook-Id: 0b1c2d3e-0001' -H 'X-Shopify-Topic: products/update' \\
+       -H 'X-Shopify-Shop-Domain: cool-shop.myshopify.com' \\
+       -H 'Content-Type: application/json' -d \"$body\"
+  # => {\"event_id\":\"0b1c2d3e-0001\",\"kind\":\"products/update\",\"status\":\"new\"}
+  # 2 s later: POST http://127.0.0.1:9000/shops/cool-shop.myshopify.com/products/632910392";
+
+/// Command-line settings.
+#[derive(Debug, Parser)]
+#[command(name = "shopsync", version, about = ABOUT, long_about = LONG_ABOUT, after_help = AFTER_HELP)]
+struct Args {
+    /// The database: `sqlite://FILE` (created if missing) or
+    /// `postgres://USER@HOST/DB` (for several processes). tickmark's tables
+    /// and the app's (`shopsync_received`) live there.
+    #[arg(long, env = "DATABASE_URL", default_value = "sqlite://shopsync.db")]
+    database_url: String,
+
+    /// Address and port to listen on.
+    #[arg(long, default_value = "127.0.0.1:8081")]
+    listen: SocketAddr,
+
+    /// The Admin API's base URL (http:// only): `push_product` POSTs to
+    /// `<URL>/shops/<shop>/products/<id>`. Without it, pushes fail and are
+    /// retried (a process that has it can run them).
+    #[arg(long, value_name = "URL")]
+    admin_api_url: Option<AdminApiUrl>,
+
+    /// Admin API calls per second per shop (the bucket's refill rate),
+    /// shared by every process on the database.
+    #[arg(long, value_name = "PER_SEC", default_value_t = FlowSettings::default().rate_per_sec,
+          value_parser = clap::value_parser!(u32).range(1..))]
+    rate: u32,
+
+    /// Admin API calls one shop may make at once after a quiet spell (the
+    /// bucket's size).
+    #[arg(long, value_name = "N", default_value_t = FlowSettings::default().burst,
+          value_parser = clap::value_parser!(u32).range(1..))]
+    burst: u32,
+
+    /// A product's updates are coalesced until it has been quiet this many
+    /// milliseconds; then its newest is pushed (at most 10 windows after the
+    /// burst began).
+    #[arg(long, value_name = "MS", default_value_t = 2000,
+          value_parser = clap::value_parser!(u64).range(1..=86_400_000))]
+    debounce_ms: u64,
+
+    /// At most N products/update events of one shop run at once, across
+    /// every process on the database.
+    #[arg(long, value_name = "N", default_value_t = FlowSettings::default().per_shop_concurrency,
+          value_parser = clap::value_parser!(u32).range(1..))]
+    per_shop_concurrency: u32,
+}
+
+impl Args {
+    fn flow(&self) -> FlowSettings {
+        FlowSettings {
+            rate_per_sec: self.rate,
+            burst: self.burst,
+            debounce: Duration::from_millis(self.debounce_ms),
+            per_shop_concurrency: self.per_shop_concurrency,
+        }
+    }
+}
+
+#[tokio::main]
+async fn main() -> ExitCode {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info,sqlx=warn"));
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .init();
+    let args = Args::parse();
+    match run(args).await {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(message) => {
+            eprintln!("shopsync: {message}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+async fn run(args: Args) -> Result<(), String> {
+    let secrets = secrets(std::env::var(shopsync::SECRET_VARIABLE).ok()).ok_or_else(|| {
+        format!(
+            "{} is not set: set it to the Shopify app's client secret (several, \
+             comma-separated, while one is rotated)",
+            shopsync::SECRET_VARIABLE
+        )
+    })?;
+    let provider = ShopifyWithShop::new(&secrets)
+        .map_err(|e| format!("{}: {e}", shopsync::SECRET_VARIABLE))?;
+
+    let flow = args.flow();
+    let store = shopsync::open(&args.database_url).await.map_err(|e| {
+        format!(
+            "cannot open the database {}: {e}",
+            tickmark::redact_url(&args.database_url)
+        )
+    })?;
+    let engine = Engine::new(store, shopsync::handlers(&flow))
+        .map_err(|e| format!("invalid handlers: {e}"))?
+        .with_resource(AdminApi::new(args.admin_api_url.clone()));
+    shopsync::create_tables(&engine).await.map_err(|e| {
+        format!(
+            "cannot create the app's table in {}: {e}",
+            tickmark::redact_url(&args.database_url)
+        )
+    })?;
+    if args.admin_api_url.is_none() {
+        tracing::warn!(
+            "no --admin-api-url: this process cannot push products; its pushes fail and are retried"
+        );
+    }
+
+    let receiver = Receiver::new(engine.clone()).source(shopsync::SOURCE, provider);
+    let listener = tokio::net::TcpListener::bind(args.listen)
+        .await
+        .map_err(|e| format!("cannot listen on {}: {e}", args.listen))?;
+    let addr = listener
+        .local_addr()
+        .map_err(|e| format!("cannot read the listening address: {e}"))?;
+    tracing::info!(
+        database = %tickmark::redact_url(&args.database_url),
+        admin_api = args.admin_api_url.as_ref().map(ToString::to_string).unwrap_or_else(|| "none".into()),
+        rate_per_sec = flow.rate_per_sec,
+        burst = flow.burst,
+        debounce_ms = args.debounce_ms,
+        per_shop_concurrency = flow.per_shop_concurrency,
+        "shopsync ready: POST /hooks/shopify"
+    );
+    // One plain line on stdout, for scripts and tests that start the app.
+    println!("shopsync: listening on http://{addr}");
+
+    let stop_http = CancellationToken::new();
+    let stop_worker = CancellationToken::new();
+    let worker = engine
+        .worker(WorkerConfig::default())
+        .map_err(|e| format!("invalid worker settings: {e}"))?;
+    let worker = tokio::spawn(worker.run(stop_worker.clone()));
+    tokio::spawn({
+        let stop_http = stop_http.clone();
+        async move {
+            shutdown_signal().await;
+            tracing::info!(
+                "shutting down: no new deliveries; running steps get their grace period"
+            );
+            stop_http.cancel();
+        }
+    });
+
+    // Stop accepting first (requests in flight finish), then the worker's
+    // graceful shutdown: running steps finish or are released.
+    let served = receiver
+        .serve(listener, stop_http.clone().cancelled_owned())
+        .await;
+    stop_http.cancel();
+    stop_worker.cancel();
+    let worked = worker.await;
+    served.map_err(|e| format!("the HTTP server failed: {e}"))?;
+    match worked {
+        Ok(Ok(())) => {}
+        Ok(Err(e)) => return Err(format!("the worker failed: {e}")),
+        Err(e) => return Err(format!("the worker stopped unexpectedly: {e}")),
+    }
+    tracing::info!("stopped");
+    Ok(())
+}
+
+/// The secrets in the variable's value: comma-separated, blanks dropped;
+/// `None` when there is none.
+fn secrets(value: Option<String>) -> Option<Vec<String>> {
+    let secrets: Vec<String> = value
+        .unwrap_or_default()
+        .split(',')
+        .map(str::trim)
+        .filter(|s| !s.is_empty())
+        .map(str::to_owned)
+        .collect();
+    (!secrets.is_empty()).then_some(secrets)
+}
+
+/// Ctrl-C or SIGTERM.
+async fn shutdown_signal() {
+    let interrupt = tokio::signal::ctrl_c();
+    #[cfg(unix)]
+    {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut terminate) => {
+                tokio::select! {
+                    _ = interrupt => {}
+                    _ = terminate.recv() => {}
+                }
+            }
+            Err(_) => {
+                let _ = interrupt.await;
+            }
+        }
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = interrupt.await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_defaults_are_the_contracts() {
+        let args = Args::parse_from(["shopsync"]);
+        assert_eq!(args.listen.to_string(), "127.0.0.1:8081");
+        assert_eq!(args.admin_api_url, None);
+        assert_eq!(args.flow(), FlowSettings::default());
+        assert_eq!(args.debounce_ms, 2000);
+    }
+
+    #[test]
+    fn limits_are_at_least_one() {
+        for flag in [
+            "--rate",
+            "--burst",
+            "--debounce-ms",
+            "--per-shop-concurrency",
+        ] {
+            assert!(
+                Args::try_parse_from(["shopsync", flag, "0"]).is_err(),
+                "{flag}"
+            );
+            assert!(
+                Args::try_parse_from(["shopsync", flag, "3"]).is_ok(),
+                "{flag}"
+            );
+        }
+    }
+
+    #[test]
+    fn secrets_are_comma_separated() {
+        assert_eq!(secrets(None), None);
+        assert_eq!(secrets(Some(" , ".into())), None);
+        assert_eq!(
+            secrets(Some("new, old".into())),
+            Some(vec!["new".to_owned(), "old".to_owned()])
+        );
+    }
+}
