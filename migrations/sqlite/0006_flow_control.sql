@@ -118,7 +118,7 @@ CREATE INDEX tickmark_events_serial ON tickmark_events (resource_key, id)
     WHERE state IN ('pending', 'running') AND resource_key IS NOT NULL;
 CREATE UNIQUE INDEX tickmark_events_replay ON tickmark_events (source, replay_key)
     WHERE replay_key IS NOT NULL;
-CREATE INDEX tickmark_events_limit ON tickmark_events (limit_key)
+CREATE INDEX tickmark_events_limit ON tickmark_events (limit_key, due_at)
     WHERE state = 'running' AND limit_key IS NOT NULL;
 CREATE INDEX tickmark_events_debounce ON tickmark_events (debounce_key)
     WHERE state = 'pending' AND debounce_key IS NOT NULL;
