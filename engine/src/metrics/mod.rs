@@ -14,6 +14,7 @@
 //! | `tickmark_lease_takeovers_total` | counter | |
 //! | `tickmark_leases_lost_total` | counter | |
 //! | `tickmark_events` | gauge | `state` — rows per state, from the database |
+//! | `tickmark_events_superseded` | gauge | `source`, `kind` — events coalesced by debounce, from the database |
 //! | `tickmark_oldest_pending_age_seconds` | gauge | age of the oldest due, unclaimed event |
 //! | `tickmark_events_stuck` | gauge | running events whose lease expired without a mark (their worker died or stalled) |
 //!

@@ -114,6 +114,17 @@ fn register_database(registry: &mut Registry, counts: &EventCounts) {
         "Events in the database, by state (the queue depth of the whole fleet)",
         events,
     );
+    let superseded = Family::<[Label; 2], Gauge>::default();
+    for (source, kind, count) in &counts.superseded {
+        superseded
+            .get_or_create(&[("source", source.clone()), ("kind", kind.clone())])
+            .set(*count);
+    }
+    registry.register(
+        "tickmark_events_superseded",
+        "Events coalesced by debounce into a later event of their key, by source and kind (from the database)",
+        superseded,
+    );
     let oldest = Gauge::<f64, AtomicU64>::default();
     oldest.set(
         counts
@@ -145,6 +156,7 @@ mod tests {
     fn counts() -> EventCounts {
         EventCounts {
             by_state: vec![(EventState::Pending, 3), (EventState::Dead, 1)],
+            superseded: vec![("shopify".into(), "products/update".into(), 7)],
             oldest_pending_age: Some(Duration::from_millis(2500)),
             stuck: 2,
         }
@@ -167,6 +179,7 @@ mod tests {
             "tickmark_events{state=\"dead\"} 1",
             "tickmark_oldest_pending_age_seconds 2.5",
             "tickmark_events_stuck 2",
+            "tickmark_events_superseded{source=\"shopify\",kind=\"products/update\"} 7",
         ] {
             assert!(text.lines().any(|l| l == line), "{line} in\n{text}");
         }

@@ -61,6 +61,31 @@ pub(crate) fn confirmed(applied: bool, lease: &Lease) -> Result<(), StoreError> 
 }
 
 /// Why an event was recorded as stale.
+/// A row of the count by state: state, and source and kind for superseded events.
+pub(crate) type StateCountRow = (String, Option<String>, Option<String>, i64);
+
+/// Events per state, summed over the superseded events' handlers.
+pub(crate) fn counts_by_state(
+    rows: &[StateCountRow],
+) -> Result<Vec<(crate::event::EventState, i64)>, StoreError> {
+    let mut by_state: Vec<(crate::event::EventState, i64)> = Vec::new();
+    for (state, _, _, count) in rows {
+        let state = self::state(state, "event state")?;
+        match by_state.iter_mut().find(|(known, _)| *known == state) {
+            Some((_, total)) => *total += count,
+            None => by_state.push((state, *count)),
+        }
+    }
+    Ok(by_state)
+}
+
+/// Superseded events per (source, kind).
+pub(crate) fn superseded_by_handler(rows: &[StateCountRow]) -> Vec<(String, String, i64)> {
+    rows.iter()
+        .filter_map(|(_, source, kind, count)| Some((source.clone()?, kind.clone()?, *count)))
+        .collect()
+}
+
 /// An empty bucket's answer: wait this many µs (at least a millisecond: an
 /// empty bucket never means "try again now").
 pub(crate) fn rate_waiting(wake_in_us: i64) -> super::RateTaken {

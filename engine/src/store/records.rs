@@ -402,6 +402,8 @@ pub struct PlanGroup {
 pub struct EventCounts {
     /// Rows per state (states with no rows are absent).
     pub by_state: Vec<(EventState, i64)>,
+    /// Events coalesced by debounce, per (source, kind).
+    pub superseded: Vec<(String, String, i64)>,
     /// How long the oldest due, unclaimed event has waited.
     pub oldest_pending_age: Option<Duration>,
     /// Running events whose lease has expired without a mark.

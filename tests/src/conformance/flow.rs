@@ -379,6 +379,12 @@ pub async fn a_burst_of_one_key_runs_once_for_the_latest_event(db: TestDb) {
         db.store.event_get(latest).await.unwrap().unwrap().state,
         EventState::Pending
     );
+    let counts = db.store.event_counts().await.unwrap();
+    assert_eq!(
+        counts.superseded,
+        vec![("shop".to_owned(), "product.updated".to_owned(), 4)],
+        "/metrics counts them per handler"
+    );
 
     engine
         .worker(quick_worker("w"))

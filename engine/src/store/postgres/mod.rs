@@ -525,17 +525,16 @@ impl Store for PostgresStore {
     }
 
     async fn event_counts(&self) -> Result<EventCounts, StoreError> {
-        let rows: Vec<(String, i64)> = sqlx::query_as(sql::EVENT_COUNT_BY_STATE)
-            .fetch_all(&self.pool)
-            .await?;
+        let rows: Vec<(String, Option<String>, Option<String>, i64)> =
+            sqlx::query_as(sql::EVENT_COUNT_BY_STATE)
+                .fetch_all(&self.pool)
+                .await?;
         let age: Option<f64> = sqlx::query_scalar(sql::EVENT_OLDEST_PENDING_AGE)
             .fetch_one(&self.pool)
             .await?;
         Ok(EventCounts {
-            by_state: rows
-                .iter()
-                .map(|(state, count)| Ok((decode::state(state, "event state")?, *count)))
-                .collect::<Result<_, StoreError>>()?,
+            by_state: decode::counts_by_state(&rows)?,
+            superseded: decode::superseded_by_handler(&rows),
             oldest_pending_age: age.map(|s| Duration::from_secs_f64(s.max(0.0))),
             stuck: sqlx::query_scalar(sql::EVENT_COUNT_STUCK)
                 .fetch_one(&self.pool)

@@ -619,19 +619,18 @@ impl Store for SqliteStore {
     }
 
     async fn event_counts(&self) -> Result<EventCounts, StoreError> {
-        let rows: Vec<(String, i64)> = sqlx::query_as(sql::EVENT_COUNT_BY_STATE)
-            .fetch_all(&self.pool)
-            .await?;
+        let rows: Vec<(String, Option<String>, Option<String>, i64)> =
+            sqlx::query_as(sql::EVENT_COUNT_BY_STATE)
+                .fetch_all(&self.pool)
+                .await?;
         let now = Utc::now();
         let oldest: Option<String> = sqlx::query_scalar(sql::EVENT_OLDEST_PENDING)
             .bind(format_time(now))
             .fetch_one(&self.pool)
             .await?;
         Ok(EventCounts {
-            by_state: rows
-                .iter()
-                .map(|(state, count)| Ok((decode::state(state, "event state")?, *count)))
-                .collect::<Result<_, StoreError>>()?,
+            by_state: decode::counts_by_state(&rows)?,
+            superseded: decode::superseded_by_handler(&rows),
             oldest_pending_age: match oldest {
                 Some(text) => Some(
                     (now - parse_time(&text)?)

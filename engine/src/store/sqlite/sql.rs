@@ -158,9 +158,13 @@ pub const EVENT_NEXT_DUE: &str = "
 pub const EVENT_COUNT_ACTIVE: &str =
     "SELECT count(*) FROM tickmark_events WHERE state IN ('pending', 'running')";
 
-/// Events per state.
-pub const EVENT_COUNT_BY_STATE: &str =
-    "SELECT state, count(*) FROM tickmark_events GROUP BY state ORDER BY state";
+/// Events per state, and superseded events per (source, kind), in one scan.
+pub const EVENT_COUNT_BY_STATE: &str = "
+    SELECT state,
+           CASE WHEN state = 'superseded' THEN source END AS source,
+           CASE WHEN state = 'superseded' THEN kind END AS kind,
+           count(*)
+    FROM tickmark_events GROUP BY 1, 2, 3 ORDER BY 1, 2, 3";
 
 /// Running events whose lease expired (their worker died or stalled).
 pub const EVENT_COUNT_STUCK: &str =
