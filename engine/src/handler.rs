@@ -33,7 +33,7 @@ pub enum ConfigError {
     /// A name is empty, too long, or has characters outside `[A-Za-z0-9_.-/]`.
     #[error("{what} `{name}` must be 1 to {MAX_NAME_LEN} characters of letters, digits, `_`, `-`, `.` or `/`")]
     InvalidName {
-        /// What was being named ("step", "source", "kind").
+        /// What was being named ("step", "source", "kind", "rate limit").
         what: &'static str,
         /// The offending name.
         name: String,
@@ -296,15 +296,14 @@ impl CompiledHandler {
         payload: &serde_json::Value,
     ) -> Option<(String, i32)> {
         let (key, limit) = self.concurrency.as_ref()?;
-        Some((format!("{source}:{}", key.value_of(payload)?), *limit))
+        Some((key.scoped_value(source, payload)?, *limit))
     }
 
     /// The debounce key of an event from `source` with this payload, when
     /// the handler debounces and the payload has the key (an event without
     /// it is not debounced).
     pub fn debounce_key_of(&self, source: &str, payload: &serde_json::Value) -> Option<String> {
-        let debounce = self.debounce.as_ref()?;
-        Some(format!("{source}:{}", debounce.key.value_of(payload)?))
+        self.debounce.as_ref()?.key.scoped_value(source, payload)
     }
 }
 
@@ -351,6 +350,7 @@ impl Handlers {
     pub(crate) fn compile(self) -> Result<Registry, ConfigError> {
         let mut rate_limits = HashMap::new();
         for limit in self.rate_limits {
+            check_name("rate limit", limit.name())?;
             limit.check()?;
             let name = limit.name().to_owned();
             if rate_limits.insert(name.clone(), limit).is_some() {
@@ -440,7 +440,7 @@ impl Handlers {
 fn check_name(what: &'static str, name: &str) -> Result<(), ConfigError> {
     let valid = !name.is_empty()
         && name.len() <= MAX_NAME_LEN
-        && ((name == ANY && what != "step")
+        && ((name == ANY && matches!(what, "source" | "kind"))
             || name
                 .chars()
                 .all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '.' | '/')));
@@ -554,6 +554,30 @@ mod tests {
             matches!(error, ConfigError::DuplicateStepName { .. }),
             "{error}"
         );
+    }
+
+    #[test]
+    fn a_rate_limit_with_a_bad_name_is_refused() {
+        for name in ["has space", "*", ""] {
+            let error = Handlers::new()
+                .rate_limit(crate::flow::RateLimit::new(
+                    name,
+                    1,
+                    std::time::Duration::from_secs(1),
+                ))
+                .compile()
+                .unwrap_err();
+            assert!(
+                matches!(
+                    error,
+                    ConfigError::InvalidName {
+                        what: "rate limit",
+                        ..
+                    }
+                ),
+                "{name}: {error}"
+            );
+        }
     }
 
     #[test]

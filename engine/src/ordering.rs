@@ -6,6 +6,8 @@
 use chrono::DateTime;
 use serde_json::Value;
 
+use crate::flow::scalar_text;
+
 /// A handler's ordering rule.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Ordering {
@@ -54,14 +56,6 @@ impl Ordering {
                 .and_then(|pointer| payload.pointer(pointer))
                 .and_then(sequence_number),
         }
-    }
-}
-
-fn scalar_text(value: &Value) -> Option<String> {
-    match value {
-        Value::String(text) if !text.is_empty() => Some(text.clone()),
-        Value::Number(number) => Some(number.to_string()),
-        _ => None,
     }
 }
 

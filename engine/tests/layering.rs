@@ -18,14 +18,13 @@ const LAYERS: &[&[&str]] = &[
         "redact",
         "idempotency",
         "retry",
-        "ordering",
         "flow",
         "resources",
         "dedup_key",
         "outcome",
     ],
-    // Records of an event's life.
-    &["event"],
+    // Records of an event's life; ordering rules (they read keys as flow does).
+    &["event", "ordering"],
     // Storage: records, SQL, errors, decoding.
     &["store"],
     // What a running step sees; this process's counters.

@@ -28,6 +28,12 @@ impl FlowKey {
         Some(parts.join(":"))
     }
 
+    /// The key of an event from `source` with this payload, namespaced by
+    /// the source (`{source}:{value}`), or `None` as [`value_of`](Self::value_of).
+    pub(crate) fn scoped_value(&self, source: &str, payload: &Value) -> Option<String> {
+        Some(format!("{source}:{}", self.value_of(payload)?))
+    }
+
     /// The pointers, as given.
     pub fn pointers(&self) -> &[String] {
         &self.0
@@ -52,7 +58,10 @@ impl<const N: usize> From<[&str; N]> for FlowKey {
     }
 }
 
-fn scalar_text(value: &Value) -> Option<String> {
+/// A key's text: a non-empty string as is, a number as written; anything
+/// else (an object, an empty string, null) is no key. Ordering reads its
+/// resource ids with it too.
+pub(crate) fn scalar_text(value: &Value) -> Option<String> {
     match value {
         Value::String(text) if !text.is_empty() => Some(text.clone()),
         Value::Number(number) => Some(number.to_string()),

@@ -15,5 +15,6 @@ mod key;
 mod rate_limit;
 
 pub use debounce::Debounce;
+pub(crate) use key::scalar_text;
 pub use key::FlowKey;
 pub use rate_limit::{RateLimit, RateLimitError, RateLimitUse};

@@ -18,10 +18,6 @@ use serde::{Deserialize, Serialize};
 
 use super::key::FlowKey;
 
-/// Longest limit name: the bound of step names (`handler::MAX_NAME_LEN`),
-/// kept here because this module sits below the handler.
-const MAX_NAME_LEN: usize = 128;
-
 /// A token bucket shared by every worker on the database: `burst` tokens
 /// when full, refilled at `tokens` per `per`.
 ///
@@ -40,7 +36,8 @@ pub struct RateLimit {
     problem: Option<RateLimitError>,
 }
 
-/// A rate limit that cannot work. Raised when the engine is built.
+/// A rate limit that cannot work. Raised when the engine is built (its name
+/// is checked there too, by the rules of every name a handler uses).
 #[non_exhaustive]
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum RateLimitError {
@@ -50,25 +47,14 @@ pub enum RateLimitError {
         /// The limit's name.
         name: String,
     },
-    /// The name is empty, too long, or has characters outside `[A-Za-z0-9_.-/]`.
-    #[error("rate limit name `{name}` must be 1 to {MAX_NAME_LEN} characters of letters, digits, `_`, `-`, `.` or `/`")]
-    BadName {
-        /// The offending name.
-        name: String,
-    },
 }
 
 impl RateLimit {
     /// `tokens` per `per`, with a burst of `tokens` (change it with [`burst`](Self::burst)).
     pub fn new(name: impl Into<String>, tokens: u32, per: Duration) -> Self {
         let name = name.into();
-        let problem = if tokens == 0 || per.is_zero() {
-            Some(RateLimitError::Empty { name: name.clone() })
-        } else if !valid_name(&name) {
-            Some(RateLimitError::BadName { name: name.clone() })
-        } else {
-            None
-        };
+        let problem =
+            (tokens == 0 || per.is_zero()).then(|| RateLimitError::Empty { name: name.clone() });
         Self {
             refill_every: per.checked_div(tokens).unwrap_or(Duration::ZERO),
             burst: tokens,
@@ -122,14 +108,6 @@ impl RateLimit {
     }
 }
 
-fn valid_name(name: &str) -> bool {
-    !name.is_empty()
-        && name.len() <= MAX_NAME_LEN
-        && name
-            .chars()
-            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '.' | '/'))
-}
-
 /// A step's use of a rate limit, stored in the event's plan: which limit
 /// (by name: its rate and burst are this build's, so a change applies to
 /// queued events too) and which key.
@@ -154,7 +132,7 @@ mod tests {
     }
 
     #[test]
-    fn empty_limits_and_bad_names_are_refused() {
+    fn empty_limits_are_refused() {
         assert!(RateLimit::new("api", 0, Duration::from_secs(1))
             .check()
             .is_err());
@@ -163,10 +141,6 @@ mod tests {
             .burst(0)
             .check()
             .is_err());
-        assert!(matches!(
-            RateLimit::new("has space", 1, Duration::from_secs(1)).check(),
-            Err(RateLimitError::BadName { .. })
-        ));
     }
 
     #[test]
