@@ -376,10 +376,7 @@ fn pending(facts: &Facts<'_>) -> String {
             )
         };
     }
-    if let Some(slots) = facts
-        .key_slots
-        .filter(|s| s.holders.len() >= s.limit.max(0) as usize)
-    {
+    if let Some(slots) = facts.key_slots.filter(|slots| slots.is_full()) {
         let holders: Vec<String> = slots
             .holders
             .iter()

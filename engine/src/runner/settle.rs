@@ -235,17 +235,8 @@ impl<'a> Settle<'a> {
     pub async fn snooze(&self, delay: Duration, reason: &StepError) -> EventEnd {
         let note = format!("snoozed for {}: {reason}", human(delay));
         tracing::info!(parent: &self.span, delay_ms = delay.as_millis() as u64, %reason, "step snoozed");
-        let snooze = Release {
-            refund_attempt: true,
-            delay,
-            snoozed: true,
-            note: Some(&note),
-            throttled_by: None,
-        };
-        match self.release(&snooze).await {
-            EventEnd::Released => EventEnd::Snoozed,
-            other => other,
-        }
+        self.release_then(&Release::snoozed(delay, &note), EventEnd::Snoozed)
+            .await
     }
 
     /// The step's rate-limit bucket is empty: give the event back until the
@@ -258,14 +249,16 @@ impl<'a> Settle<'a> {
         tracing::debug!(parent: &self.span, limit, bucket, wait_ms = next_in.as_millis() as u64, "throttled");
         self.shared.metrics.step_throttled(limit);
         let throttle = Release {
-            refund_attempt: true,
-            delay: next_in,
-            snoozed: true,
-            note: Some(&note),
             throttled_by: Some(bucket),
+            ..Release::snoozed(next_in, &note)
         };
-        match self.release(&throttle).await {
-            EventEnd::Released => EventEnd::Throttled,
+        self.release_then(&throttle, EventEnd::Throttled).await
+    }
+
+    /// Give the event back to wait: `end` once the release is recorded.
+    async fn release_then(&self, release: &Release<'_>, end: EventEnd) -> EventEnd {
+        match self.release(release).await {
+            EventEnd::Released => end,
             other => other,
         }
     }

@@ -44,6 +44,13 @@ pub struct KeySlots {
     pub holders: Vec<(i64, String)>,
 }
 
+impl KeySlots {
+    /// Whether every slot is held: an event of the key waits for one.
+    pub fn is_full(&self) -> bool {
+        self.holders.len() >= usize::try_from(self.limit).unwrap_or(0)
+    }
+}
+
 /// One audit row: a manual action on an event.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct AuditEntry {

@@ -197,6 +197,20 @@ impl Release<'static> {
     }
 }
 
+impl<'a> Release<'a> {
+    /// Give the event back until `delay` has passed, refunding the attempt
+    /// (the step asked to wait, or could not start yet); `note` says why.
+    pub fn snoozed(delay: Duration, note: &'a str) -> Self {
+        Self {
+            refund_attempt: true,
+            delay,
+            snoozed: true,
+            note: Some(note),
+            throttled_by: None,
+        }
+    }
+}
+
 /// One token asked of a fleet-wide token bucket (GCRA: one number per
 /// bucket, the theoretical arrival time of the next request).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -207,6 +221,18 @@ pub struct RateTake<'a> {
     pub refill_every: Duration,
     /// How many tokens the bucket holds when full.
     pub burst: u32,
+}
+
+impl RateTake<'_> {
+    /// The refill time in microseconds, as the buckets' SQL counts.
+    pub(crate) fn refill_micros(&self) -> i64 {
+        i64::try_from(self.refill_every.as_micros()).unwrap_or(i64::MAX)
+    }
+
+    /// The burst, at least one token.
+    pub(crate) fn burst_tokens(&self) -> i64 {
+        i64::from(self.burst.max(1))
+    }
 }
 
 /// The bucket's answer.

@@ -102,9 +102,7 @@ pub(crate) async fn render(
 /// For a due event of a full concurrency key: which events hold the key.
 fn key_wait(viewer: &Viewer, record: &EventRecord, slots: Option<&KeySlots>) -> Markup {
     let full = slots.filter(|slots| {
-        record.state == EventState::Pending
-            && record.due_at <= Utc::now()
-            && slots.holders.len() >= usize::try_from(slots.limit).unwrap_or(0)
+        record.state == EventState::Pending && record.due_at <= Utc::now() && slots.is_full()
     });
     html! {
         @if let Some(slots) = full {

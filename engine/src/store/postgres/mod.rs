@@ -354,10 +354,6 @@ fn seconds(duration: Duration) -> f64 {
     duration.as_secs_f64()
 }
 
-fn micros(duration: Duration) -> i64 {
-    i64::try_from(duration.as_micros()).unwrap_or(i64::MAX)
-}
-
 #[async_trait::async_trait]
 impl Store for PostgresStore {
     fn backend(&self) -> Backend {
@@ -438,8 +434,7 @@ impl Store for PostgresStore {
     }
 
     async fn rate_take(&self, take: &RateTake<'_>) -> Result<RateTaken, StoreError> {
-        let refill_us = micros(take.refill_every);
-        let burst = i64::from(take.burst.max(1));
+        let (refill_us, burst) = (take.refill_micros(), take.burst_tokens());
         let taken: Option<i64> = sqlx::query_scalar(sql::RATE_TAKE)
             .bind(take.bucket)
             .bind(refill_us)

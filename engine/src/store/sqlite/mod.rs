@@ -501,13 +501,13 @@ impl Store for SqliteStore {
 
     async fn rate_take(&self, take: &RateTake<'_>) -> Result<RateTaken, StoreError> {
         let now_us = Utc::now().timestamp_micros();
-        let refill_us = i64::try_from(take.refill_every.as_micros()).unwrap_or(i64::MAX);
+        let (refill_us, burst) = (take.refill_micros(), take.burst_tokens());
         let (_turn, mut tx) = self.begin_write().await?;
         let taken: Option<i64> = sqlx::query_scalar(sql::RATE_TAKE)
             .bind(take.bucket)
             .bind(now_us)
             .bind(refill_us)
-            .bind(i64::from(take.burst.max(1)))
+            .bind(burst)
             .fetch_optional(&mut *tx)
             .await?;
         let answer = match taken {
@@ -517,7 +517,7 @@ impl Store for SqliteStore {
                     .bind(take.bucket)
                     .bind(now_us)
                     .bind(refill_us)
-                    .bind(i64::from(take.burst.max(1)))
+                    .bind(burst)
                     .fetch_optional(&mut *tx)
                     .await?;
                 decode::rate_waiting(wake_in_us.unwrap_or(0))

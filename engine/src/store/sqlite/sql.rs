@@ -38,8 +38,10 @@ pub const EVENT_ANY_DUE: &str = "
 /// worker's limits are skipped.
 pub const EVENT_DUE: &str = "
     SELECT e.id, e.state, e.limit_key, e.limit_n,
-           (SELECT count(*) FROM tickmark_events AS r
-            WHERE r.limit_key = e.limit_key AND r.state = 'running' AND r.due_at > ?1) AS held
+           CASE WHEN e.limit_key IS NULL THEN 0 ELSE
+               (SELECT count(*) FROM tickmark_events AS r
+                WHERE r.limit_key = e.limit_key AND r.state = 'running' AND r.due_at > ?1)
+           END AS held
     FROM tickmark_events AS e
     WHERE e.state IN ('pending', 'running') AND e.due_at <= ?1
       AND e.source NOT IN (SELECT value FROM json_each(?3))
