@@ -2,4 +2,6 @@
 
 pub mod bench;
 pub mod payments;
+pub mod secrets;
 pub mod shopsync;
+pub mod shutdown;

@@ -206,16 +206,7 @@ impl App {
 
     /// SIGTERM, then the exit status.
     async fn terminate(mut self) -> std::process::ExitStatus {
-        let pid = self.child.id().expect("running").to_string();
-        let sent = std::process::Command::new("kill")
-            .args(["-TERM", &pid])
-            .status()
-            .unwrap();
-        assert!(sent.success());
-        tokio::time::timeout(Duration::from_secs(30), self.child.wait())
-            .await
-            .expect("shopsync stops within 30 s of SIGTERM")
-            .unwrap()
+        tickmark_tests::terminate::terminate(&mut self.child, "shopsync").await
     }
 }
 

@@ -18,6 +18,7 @@ pub mod meeting;
 pub mod pg_cluster;
 pub mod probe;
 pub mod skip;
+pub mod terminate;
 pub mod test_steps;
 pub mod wait;
 

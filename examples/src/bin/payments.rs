@@ -29,6 +29,7 @@ use tickmark::receiver::{
 };
 use tickmark::{Engine, Receiver, WorkerConfig};
 use tickmark_examples::payments::{self, ReceiptClient, ReceiptUrl, Settings, SourceSetup};
+use tickmark_examples::shutdown::shutdown_signal;
 use tokio_util::sync::CancellationToken;
 
 const ABOUT: &str =
@@ -341,28 +342,6 @@ async fn run(args: Args) -> Result<(), String> {
     Ok(())
 }
 
-/// Ctrl-C or SIGTERM.
-async fn shutdown_signal() {
-    let interrupt = tokio::signal::ctrl_c();
-    #[cfg(unix)]
-    {
-        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-            Ok(mut terminate) => {
-                tokio::select! {
-                    _ = interrupt => {}
-                    _ = terminate.recv() => {}
-                }
-            }
-            Err(_) => {
-                let _ = interrupt.await;
-            }
-        }
-    }
-    #[cfg(not(unix))]
-    {
-        let _ = interrupt.await;
-    }
-}
 #[cfg(test)]
 mod tests {
     use super::*;

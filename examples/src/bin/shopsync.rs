@@ -21,7 +21,9 @@ use std::time::Duration;
 
 use clap::Parser;
 use tickmark::{Engine, Receiver, WorkerConfig};
+use tickmark_examples::secrets::secrets;
 use tickmark_examples::shopsync::{self, AdminApi, AdminApiUrl, FlowSettings, ShopifyWithShop};
+use tickmark_examples::shutdown::shutdown_signal;
 use tokio_util::sync::CancellationToken;
 
 const ABOUT: &str = "Push Shopify product updates to the Admin API within its limits, fleet-wide: \
@@ -235,42 +237,6 @@ async fn run(args: Args) -> Result<(), String> {
     Ok(())
 }
 
-/// The secrets in the variable's value: comma-separated, blanks dropped;
-/// `None` when there is none.
-fn secrets(value: Option<String>) -> Option<Vec<String>> {
-    let secrets: Vec<String> = value
-        .unwrap_or_default()
-        .split(',')
-        .map(str::trim)
-        .filter(|s| !s.is_empty())
-        .map(str::to_owned)
-        .collect();
-    (!secrets.is_empty()).then_some(secrets)
-}
-
-/// Ctrl-C or SIGTERM.
-async fn shutdown_signal() {
-    let interrupt = tokio::signal::ctrl_c();
-    #[cfg(unix)]
-    {
-        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-            Ok(mut terminate) => {
-                tokio::select! {
-                    _ = interrupt => {}
-                    _ = terminate.recv() => {}
-                }
-            }
-            Err(_) => {
-                let _ = interrupt.await;
-            }
-        }
-    }
-    #[cfg(not(unix))]
-    {
-        let _ = interrupt.await;
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -301,15 +267,5 @@ mod tests {
                 "{flag}"
             );
         }
-    }
-
-    #[test]
-    fn secrets_are_comma_separated() {
-        assert_eq!(secrets(None), None);
-        assert_eq!(secrets(Some(" , ".into())), None);
-        assert_eq!(
-            secrets(Some("new, old".into())),
-            Some(vec!["new".to_owned(), "old".to_owned()])
-        );
     }
 }

@@ -7,6 +7,8 @@ use tickmark::receiver::providers::{
 };
 use tickmark::Receiver;
 
+use crate::secrets::secrets;
+
 /// (source name, provider, environment variable) for every source the app knows.
 pub const SOURCES: [(&str, &str, &str); 6] = [
     ("stripe", "Stripe", "STRIPE_WEBHOOK_SECRET"),
@@ -45,17 +47,10 @@ pub fn mount_sources(
 ) -> Result<(Receiver, Vec<SourceSetup>), (&'static str, ConfigError)> {
     let mut setup = Vec::new();
     for (name, _, variable) in SOURCES {
-        let secrets: Vec<String> = secret_of(variable)
-            .unwrap_or_default()
-            .split(',')
-            .map(str::trim)
-            .filter(|s| !s.is_empty())
-            .map(str::to_owned)
-            .collect();
-        if secrets.is_empty() {
+        let Some(secrets) = secrets(secret_of(variable)) else {
             setup.push(SourceSetup::Off { name, variable });
             continue;
-        }
+        };
         let failed = |error| (variable, error);
         receiver = match name {
             "stripe" => receiver.source(name, Stripe::new(&secrets).map_err(failed)?),
