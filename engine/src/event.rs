@@ -185,11 +185,16 @@ pub enum StepState {
     /// spending an attempt, until `retry_at`, when a token is due for it
     /// (`last_error` names the limit and the key).
     Throttled,
+    /// A wait step waiting, holding nothing, for another accepted event that
+    /// matches (or for a time) until `retry_at`, its deadline; `last_error`
+    /// says what it waits for.
+    Waiting,
     /// Marked done, with its output.
     Done,
     /// Failed terminally or ran out of attempts: the event is dead.
     Dead,
-    /// Skipped by an operator.
+    /// Skipped by an operator, or on the branch of a wait's outcome that
+    /// was not taken.
     Skipped,
     /// The event is parked on an unknown step name.
     Parked,
@@ -213,6 +218,7 @@ impl StepState {
             StepState::Retrying => "retrying",
             StepState::Snoozed => "snoozed",
             StepState::Throttled => "throttled",
+            StepState::Waiting => "waiting",
             StepState::Done => "done",
             StepState::Dead => "dead",
             StepState::Skipped => "skipped",
@@ -253,6 +259,7 @@ impl FromStr for StepState {
             Retrying,
             Snoozed,
             Throttled,
+            Waiting,
             Done,
             Dead,
             Skipped,

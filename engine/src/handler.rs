@@ -6,9 +6,10 @@ use std::time::Duration;
 
 use crate::flow::{Debounce, FlowKey, RateLimit, RateLimitError, RateLimitUse};
 use crate::ordering::Ordering;
-use crate::plan::{Plan, StepOptions, StepToEncode};
+use crate::plan::{Action, Plan, StepOptions, StepToEncode};
 use crate::retry::RetryPolicy;
 use crate::step::Step;
+use crate::wait::{Branch, EventWait, OnTimeout, Timer, Wait, WaitOutcome};
 
 /// Matches any source or any kind in [`Handlers::on`].
 pub const ANY: &str = "*";
@@ -83,6 +84,19 @@ pub enum ConfigError {
         /// What is wrong.
         problem: &'static str,
     },
+    /// A step runs on a branch of a wait that is not an earlier wait for an
+    /// event in the same handler.
+    #[error("step `{step}` of ({source_name}, {kind}) runs if wait `{wait}` matched or timed out, but no earlier step of the handler is a wait for an event named `{wait}`")]
+    UnknownWait {
+        /// The handler's source.
+        source_name: String,
+        /// The handler's kind.
+        kind: String,
+        /// The step on the branch.
+        step: String,
+        /// The wait it names.
+        wait: String,
+    },
     /// A step could not be serialised into a plan.
     #[error("step `{step}` cannot be serialised into a plan: {reason}")]
     Unserialisable {
@@ -124,9 +138,10 @@ pub struct Handler {
 #[derive(Debug)]
 struct HandlerStep {
     name: String,
-    step: Box<dyn Step>,
+    action: Action,
     options: StepOptions,
     rate_limit: Option<RateLimitUse>,
+    only_if: Option<Branch>,
 }
 
 impl Handler {
@@ -154,17 +169,100 @@ impl Handler {
 
     /// Append a named step with its own timeout or retry policy.
     pub fn named_step_with(
-        mut self,
+        self,
         name: impl Into<String>,
         step: impl Step + 'static,
         options: StepOptions,
     ) -> Self {
+        self.push(name.into(), Action::Run(Box::new(step)), options)
+    }
+
+    fn push(mut self, name: String, action: Action, options: StepOptions) -> Self {
         self.steps.push(HandlerStep {
-            name: name.into(),
-            step: Box::new(step),
+            name,
+            action,
             options,
             rate_limit: None,
+            only_if: None,
         });
+        self
+    }
+
+    /// Append a step that waits, holding no lease and no worker slot, for
+    /// another accepted event that matches ([`WaitFor::event`](crate::wait::WaitFor::event)),
+    /// up to its timeout. The matched event's id becomes the step's output.
+    /// Declare what each outcome runs with [`if_matched`](Self::if_matched)
+    /// and [`if_timed_out`](Self::if_timed_out); a wait with no
+    /// `if_timed_out` step dead-letters the event when it times out.
+    ///
+    /// ```
+    /// # use std::time::Duration;
+    /// # use serde::{Deserialize, Serialize};
+    /// # use tickmark::{wait::WaitFor, Handler, Step, StepContext, StepResult};
+    /// # #[derive(Debug, Serialize, Deserialize)] struct Call(String);
+    /// # #[typetag::serde(name = "handler_doc_call")]
+    /// # #[async_trait::async_trait]
+    /// # impl Step for Call {
+    /// #     async fn run(&self, _ctx: &mut StepContext<'_>) -> StepResult { Ok(serde_json::Value::Null) }
+    /// # }
+    /// let order = Handler::new()
+    ///     .named_step("reserve_stock", Call("reserve".into()))
+    ///     .wait(
+    ///         "paid",
+    ///         WaitFor::event("shopify", "orders/paid")
+    ///             .matching(["/shop", "/order/id"])
+    ///             .timeout(Duration::from_secs(3 * 24 * 3600)),
+    ///     )
+    ///     .named_step("fulfill", Call("fulfill".into())).if_matched("paid")
+    ///     .named_step("release_stock", Call("release".into())).if_timed_out("paid");
+    /// assert_eq!(order.step_names(), ["reserve_stock", "paid", "fulfill", "release_stock"]);
+    /// ```
+    pub fn wait(self, name: impl Into<String>, wait: EventWait) -> Self {
+        self.push(
+            name.into(),
+            Action::Wait(Wait::Event(wait)),
+            StepOptions::default(),
+        )
+    }
+
+    /// Append a step that waits `delay`, holding nothing, surviving restarts
+    /// and deploys (a durable timer).
+    pub fn sleep(self, name: impl Into<String>, delay: Duration) -> Self {
+        self.push(
+            name.into(),
+            Action::Wait(Wait::Timer(Timer::After(delay))),
+            StepOptions::default(),
+        )
+    }
+
+    /// Append a step that waits until the time in the payload at `pointer`
+    /// (RFC 3339 text, or seconds since the epoch), holding nothing.
+    pub fn sleep_until(self, name: impl Into<String>, pointer: impl Into<String>) -> Self {
+        self.push(
+            name.into(),
+            Action::Wait(Wait::Timer(Timer::Until(pointer.into()))),
+            StepOptions::default(),
+        )
+    }
+
+    /// Run the step added last only if the wait named `wait` matched an
+    /// event; when it timed out, the step is recorded `skipped`.
+    pub fn if_matched(self, wait: impl Into<String>) -> Self {
+        self.on_branch(wait.into(), WaitOutcome::Matched)
+    }
+
+    /// Run the step added last only if the wait named `wait` timed out (the
+    /// wait then goes on instead of dead-lettering the event); when it
+    /// matched, the step is recorded `skipped`.
+    pub fn if_timed_out(self, wait: impl Into<String>) -> Self {
+        self.on_branch(wait.into(), WaitOutcome::TimedOut)
+    }
+
+    fn on_branch(mut self, wait: String, on: WaitOutcome) -> Self {
+        match self.steps.last_mut() {
+            Some(step) => step.only_if = Some(Branch { wait, on }),
+            None => self.problem = Some("if_matched()/if_timed_out() come after their step"),
+        }
         self
     }
 
@@ -191,6 +289,9 @@ impl Handler {
     /// ```
     pub fn rate_limited(mut self, limit: impl Into<String>, key: impl Into<FlowKey>) -> Self {
         match self.steps.last_mut() {
+            Some(step) if matches!(step.action, Action::Wait(_)) => {
+                self.problem = Some("rate_limited() applies to a step that runs, not to a wait")
+            }
             Some(step) => {
                 step.rate_limit = Some(RateLimitUse {
                     limit: limit.into(),
@@ -358,7 +459,8 @@ impl Handlers {
             }
         }
         let mut by_source: HashMap<String, HashMap<String, CompiledHandler>> = HashMap::new();
-        for (source, kind, handler) in self.entries {
+        let mut waited_on: HashMap<(String, String), Vec<FlowKey>> = HashMap::new();
+        for (source, kind, mut handler) in self.entries {
             check_name("source", &source)?;
             check_name("kind", &kind)?;
             if handler.steps.is_empty() {
@@ -395,13 +497,25 @@ impl Handlers {
                     }
                 }
             }
+            check_waits(&source, &kind, &mut handler.steps)?;
+            for step in &handler.steps {
+                if let Action::Wait(Wait::Event(wait)) = &step.action {
+                    let keys = waited_on
+                        .entry((wait.source.clone(), wait.kind.clone()))
+                        .or_default();
+                    if !keys.contains(&wait.theirs) {
+                        keys.push(wait.theirs.clone());
+                    }
+                }
+            }
             let plan_json = Plan::encode_steps(
                 &handler.retry,
                 handler.steps.iter().map(|step| StepToEncode {
                     name: &step.name,
-                    step: step.step.as_ref(),
+                    action: step.action.to_encode(),
                     options: step.options,
                     rate_limit: step.rate_limit.as_ref(),
+                    only_if: step.only_if.as_ref(),
                 }),
             )
             .map_err(|error| ConfigError::Unserialisable {
@@ -433,8 +547,51 @@ impl Handlers {
         Ok(Registry {
             by_source,
             rate_limits,
+            waited_on,
         })
     }
+}
+
+/// Check a handler's waits and branches, and decide what each wait does on
+/// timeout: go on when a step runs on its timeout branch, else dead-letter.
+fn check_waits(source: &str, kind: &str, steps: &mut [HandlerStep]) -> Result<(), ConfigError> {
+    let misplaced = |problem| ConfigError::Misplaced {
+        source_name: source.to_owned(),
+        kind: kind.to_owned(),
+        problem,
+    };
+    for position in 0..steps.len() {
+        if let Action::Wait(Wait::Event(wait)) = &steps[position].action {
+            if let Some(problem) = wait.problem() {
+                return Err(misplaced(problem));
+            }
+        }
+        let Some(branch) = steps[position].only_if.clone() else {
+            continue;
+        };
+        let wait_at = steps[..position].iter().position(|earlier| {
+            earlier.name == branch.wait && matches!(earlier.action, Action::Wait(Wait::Event(_)))
+        });
+        let Some(wait_at) = wait_at else {
+            return Err(ConfigError::UnknownWait {
+                source_name: source.to_owned(),
+                kind: kind.to_owned(),
+                step: steps[position].name.clone(),
+                wait: branch.wait,
+            });
+        };
+        if matches!(steps[position].action, Action::Wait(_)) && branch.on == WaitOutcome::TimedOut {
+            return Err(misplaced(
+                "a wait cannot itself run only if another timed out",
+            ));
+        }
+        if branch.on == WaitOutcome::TimedOut {
+            if let Action::Wait(Wait::Event(wait)) = &mut steps[wait_at].action {
+                wait.on_timeout = OnTimeout::Continue;
+            }
+        }
+    }
+    Ok(())
 }
 
 fn check_name(what: &'static str, name: &str) -> Result<(), ConfigError> {
@@ -461,9 +618,34 @@ pub(crate) struct Registry {
     by_source: HashMap<String, HashMap<String, CompiledHandler>>,
     /// The fleet-wide rate limits, by name.
     rate_limits: HashMap<String, RateLimit>,
+    /// The keys some handler's wait reads from events of a (source, kind).
+    waited_on: HashMap<(String, String), Vec<FlowKey>>,
 }
 
 impl Registry {
+    /// The match keys an accepted event of (`source`, `kind`) is recorded
+    /// under, one per key a wait for that kind reads, so that a waiting
+    /// event finds it (empty when no handler waits for such events).
+    pub fn match_keys_of(
+        &self,
+        source: &str,
+        kind: &str,
+        payload: &serde_json::Value,
+    ) -> Vec<String> {
+        if self.waited_on.is_empty() {
+            return Vec::new();
+        }
+        let Some(keys) = self.waited_on.get(&(source.to_owned(), kind.to_owned())) else {
+            return Vec::new();
+        };
+        keys.iter()
+            .filter_map(|key| {
+                let value = key.value_of(payload)?;
+                Some(crate::wait::match_key(source, kind, key.pointers(), &value))
+            })
+            .collect()
+    }
+
     /// The rate limit named `name`, as this build defines it.
     pub fn rate_limit(&self, name: &str) -> Option<&RateLimit> {
         self.rate_limits.get(name)

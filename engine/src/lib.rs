@@ -155,6 +155,7 @@ pub mod retry;
 pub mod runner;
 pub mod step;
 pub mod store;
+pub mod wait;
 
 pub use context::{StepContext, StepOutputs};
 pub use engine::Engine;

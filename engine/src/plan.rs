@@ -11,6 +11,8 @@
 //! `name` is the step's name within the handler (it makes the idempotency key);
 //! `type` is the step type's stable typetag name (it picks the Rust code);
 //! `timeout_ms` and `retry`, when present, override the handler's for that step.
+//! A wait step has `"wait"` instead of `"step"` (`tickmark::wait::Wait`); a step
+//! on one branch of a wait's outcome has `"only_if": {"wait": …, "on": …}`.
 
 use std::time::Duration;
 
@@ -19,6 +21,7 @@ use serde::{Deserialize, Serialize};
 use crate::flow::RateLimitUse;
 use crate::retry::RetryPolicy;
 use crate::step::Step;
+use crate::wait::{Branch, Wait};
 
 /// The plan format this build writes and reads.
 pub const PLAN_VERSION: u32 = 1;
@@ -86,17 +89,51 @@ impl StepOptions {
     }
 }
 
-/// One step of a plan: its name in the handler, the step itself, and its options.
+/// What a plan entry does when the event reaches it.
+#[derive(Debug)]
+pub enum Action {
+    /// Run this step.
+    Run(Box<dyn Step>),
+    /// Wait, holding nothing, for another event or a time.
+    Wait(Wait),
+}
+
+impl Action {
+    /// Borrowed, to encode into a plan.
+    pub fn to_encode(&self) -> ActionToEncode<'_> {
+        match self {
+            Action::Run(step) => ActionToEncode::Run(step.as_ref()),
+            Action::Wait(wait) => ActionToEncode::Wait(wait),
+        }
+    }
+}
+
+/// One step of a plan: its name in the handler, what it does, and its options.
 #[derive(Debug)]
 pub struct PlannedStep {
     /// The step's name within the handler.
     pub name: String,
-    /// The step, decoded.
-    pub step: Box<dyn Step>,
+    /// The step to run, or the wait.
+    pub action: Action,
+    /// The step runs only on this branch of an earlier wait's outcome.
+    pub only_if: Option<Branch>,
     /// Timeout and retry overrides.
     pub options: StepOptions,
     /// The fleet-wide rate limit a run of this step takes a token from.
     pub rate_limit: Option<RateLimitUse>,
+}
+
+impl PlannedStep {
+    /// Borrowed, to encode into a plan again.
+    pub fn to_encode(&self) -> StepToEncode<'_> {
+        StepToEncode {
+            name: &self.name,
+            action: self.action.to_encode(),
+            options: self.options,
+            rate_limit: self.rate_limit.as_ref(),
+            only_if: self.only_if.as_ref(),
+        }
+    }
 }
 
 /// A decoded plan, ready to run.
@@ -118,11 +155,16 @@ struct StoredPlanOut<'a> {
 #[derive(Serialize)]
 struct StoredStepOut<'a> {
     name: &'a str,
-    step: &'a dyn Step,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    step: Option<&'a dyn Step>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    wait: Option<&'a Wait>,
     #[serde(flatten)]
     options: StepOptions,
     #[serde(skip_serializing_if = "Option::is_none")]
     rate_limit: Option<&'a RateLimitUse>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    only_if: Option<&'a Branch>,
 }
 
 #[derive(Deserialize)]
@@ -135,11 +177,16 @@ struct StoredPlanIn {
 #[derive(Deserialize)]
 struct StoredStepIn {
     name: String,
-    step: serde_json::Value,
+    #[serde(default)]
+    step: Option<serde_json::Value>,
+    #[serde(default)]
+    wait: Option<Wait>,
     #[serde(flatten)]
     options: StepOptions,
     #[serde(default)]
     rate_limit: Option<RateLimitUse>,
+    #[serde(default)]
+    only_if: Option<Branch>,
 }
 
 /// One step to encode into a plan ([`Plan::encode_steps`]).
@@ -147,12 +194,23 @@ struct StoredStepIn {
 pub struct StepToEncode<'a> {
     /// The step's name within the handler.
     pub name: &'a str,
-    /// The step.
-    pub step: &'a dyn Step,
+    /// The step, or the wait.
+    pub action: ActionToEncode<'a>,
     /// Timeout and retry overrides.
     pub options: StepOptions,
     /// The rate limit it takes a token from, if any.
     pub rate_limit: Option<&'a RateLimitUse>,
+    /// The branch of an earlier wait's outcome it runs on, if any.
+    pub only_if: Option<&'a Branch>,
+}
+
+/// [`Action`], borrowed, to encode.
+#[derive(Debug, Clone, Copy)]
+pub enum ActionToEncode<'a> {
+    /// Run this step.
+    Run(&'a dyn Step),
+    /// Wait.
+    Wait(&'a Wait),
 }
 
 impl Plan {
@@ -165,9 +223,10 @@ impl Plan {
             retry,
             steps.into_iter().map(|(name, step, options)| StepToEncode {
                 name,
-                step,
+                action: ActionToEncode::Run(step),
                 options,
                 rate_limit: None,
+                only_if: None,
             }),
         )
     }
@@ -184,9 +243,17 @@ impl Plan {
                 .into_iter()
                 .map(|step| StoredStepOut {
                     name: step.name,
-                    step: step.step,
+                    step: match step.action {
+                        ActionToEncode::Run(run) => Some(run),
+                        ActionToEncode::Wait(_) => None,
+                    },
+                    wait: match step.action {
+                        ActionToEncode::Run(_) => None,
+                        ActionToEncode::Wait(wait) => Some(wait),
+                    },
                     options: step.options,
                     rate_limit: step.rate_limit,
+                    only_if: step.only_if,
                 })
                 .collect(),
         })
@@ -268,27 +335,41 @@ pub async fn check_stored_plans(
 }
 
 fn decode_step(stored: StoredStepIn) -> Result<PlannedStep, PlanError> {
-    let step_type = stored
-        .step
+    let action = match (stored.step, stored.wait) {
+        (None, Some(wait)) => Action::Wait(wait),
+        (Some(step), None) => Action::Run(decode_run(&stored.name, step)?),
+        _ => {
+            return Err(PlanError::Malformed(format!(
+                "step `{}` needs exactly one of `step` and `wait`",
+                stored.name
+            )))
+        }
+    };
+    Ok(PlannedStep {
+        name: stored.name,
+        action,
+        only_if: stored.only_if,
+        options: stored.options,
+        rate_limit: stored.rate_limit,
+    })
+}
+
+fn decode_run(name: &str, step: serde_json::Value) -> Result<Box<dyn Step>, PlanError> {
+    let step_type = step
         .get("type")
         .and_then(serde_json::Value::as_str)
         .map(str::to_owned)
-        .ok_or_else(|| PlanError::Malformed(format!("step `{}` has no `type`", stored.name)))?;
-    match serde_json::from_value::<Box<dyn Step>>(stored.step) {
-        Ok(step) => Ok(PlannedStep {
-            name: stored.name,
-            step,
-            options: stored.options,
-            rate_limit: stored.rate_limit,
-        }),
+        .ok_or_else(|| PlanError::Malformed(format!("step `{name}` has no `type`")))?;
+    match serde_json::from_value::<Box<dyn Step>>(step) {
+        Ok(step) => Ok(step),
         Err(error) if error.to_string().contains("unknown variant") => {
             Err(PlanError::UnknownStep {
-                step: stored.name,
+                step: name.to_owned(),
                 step_type,
             })
         }
         Err(error) => Err(PlanError::IncompatibleStep {
-            step: stored.name,
+            step: name.to_owned(),
             step_type,
             reason: error.to_string(),
         }),
@@ -369,7 +450,7 @@ mod tests {
         assert_eq!(plan.retry.max_attempts, 3);
         let names: Vec<_> = plan.steps.iter().map(|s| s.name.as_str()).collect();
         assert_eq!(names, ["hello", "bye"]);
-        assert!(format!("{:?}", plan.steps[0].step).contains("left"));
+        assert!(format!("{:?}", plan.steps[0].action).contains("left"));
         assert_eq!(plan.steps[0].options, StepOptions::default());
         assert_eq!(plan.steps[1].options.timeout, Some(Duration::from_secs(5)));
         assert_eq!(plan.retry_of(1).max_attempts, 7);

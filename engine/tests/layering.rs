@@ -23,8 +23,9 @@ const LAYERS: &[&[&str]] = &[
         "dedup_key",
         "outcome",
     ],
-    // Records of an event's life; ordering rules (they read keys as flow does).
-    &["event", "ordering"],
+    // Records of an event's life; ordering rules and waits (they read keys
+    // as flow does).
+    &["event", "ordering", "wait"],
     // Storage: records, SQL, errors, decoding.
     &["store"],
     // What a running step sees; this process's counters.

@@ -607,11 +607,11 @@ pub fn check_plan(data: &[u8]) {
     let Ok(plan) = tickmark::plan::Plan::decode(text) else {
         return;
     };
-    let encoded = tickmark::plan::Plan::encode(
+    let encoded = tickmark::plan::Plan::encode_steps(
         &plan.retry,
         plan.steps
             .iter()
-            .map(|s| (s.name.as_str(), s.step.as_ref() as &dyn Step, s.options)),
+            .map(tickmark::plan::PlannedStep::to_encode),
     )
     .expect("a decoded plan encodes");
     let again = tickmark::plan::Plan::decode(&encoded).expect("an encoded plan decodes");
@@ -619,6 +619,7 @@ pub fn check_plan(data: &[u8]) {
     for (a, b) in again.steps.iter().zip(&plan.steps) {
         assert_eq!(a.name, b.name);
         assert_eq!(a.options, b.options, "step {}", a.name);
+        assert_eq!(a.only_if, b.only_if, "step {}", a.name);
     }
     for step in &plan.steps {
         if let Some(retry) = step.options.retry {

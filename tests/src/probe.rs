@@ -166,6 +166,25 @@ impl Probe {
         };
         assert_eq!(self.execute(&sql).await, 1, "event {event_seq} exists");
     }
+
+    /// Move a waiting event's deadline into the past: what a wait looks
+    /// like once its timeout has passed (or a timer's time has come).
+    pub async fn expire_wait(&self, event_seq: i64) {
+        let sql = match self {
+            Probe::Postgres(_) => format!(
+                "UPDATE tickmark_events SET due_at = now() - interval '1 second', \
+                 wait_until = now() - interval '1 second' \
+                 WHERE id = {event_seq} AND wait_until IS NOT NULL"
+            ),
+            Probe::Sqlite(_) => format!(
+                "UPDATE tickmark_events SET \
+                 due_at = strftime('%Y-%m-%dT%H:%M:%fZ', 'now', '-1 second'), \
+                 wait_until = strftime('%Y-%m-%dT%H:%M:%fZ', 'now', '-1 second') \
+                 WHERE id = {event_seq} AND wait_until IS NOT NULL"
+            ),
+        };
+        assert_eq!(self.execute(&sql).await, 1, "event {event_seq} waits");
+    }
 }
 
 fn quote(text: &str) -> String {

@@ -341,7 +341,18 @@ fn pending(facts: &Facts<'_>) -> String {
     if record.due_at > facts.now {
         let state = facts.current().map(|s| s.state);
         let failed = state == Some(StepState::Retrying);
-        return if state == Some(StepState::Throttled) {
+        return if state == Some(StepState::Waiting) {
+            format!(
+                "Waiting, holding nothing: {} is {}. Its deadline is {}; an accepted event \
+                 that matches wakes it at once. An operator can settle it by hand: \
+                 `tickmark steps feed {seq} {step} --event N` or `tickmark steps time-out {seq} {step}`.",
+                facts.current_step(),
+                record.last_error.as_deref().unwrap_or("waiting"),
+                facts.at(record.due_at),
+                seq = record.event.seq,
+                step = facts.current().map_or("STEP", |s| s.step.as_str()),
+            )
+        } else if state == Some(StepState::Throttled) {
             format!(
                 "Throttled until {}: {} waits for a token of its rate limit, {}. No attempt \
                  is spent and no worker holds it meanwhile; steps waiting on one bucket come \
@@ -496,6 +507,18 @@ mod tests {
         );
         assert!(text.contains("bucket `admin_api:a`"), "{text}");
         assert!(text.contains("No attempt is spent"), "{text}");
+    }
+
+    #[test]
+    fn a_waiting_event_says_what_it_waits_for_and_how_to_settle_it() {
+        let mut r = record(EventState::Pending, 1, 0);
+        r.due_at = now() + chrono::Duration::days(3);
+        r.last_error = Some("waiting for orders/paid from shopify whose /id is 7, for up to 4320.0 min; then the if_timed_out steps run".into());
+        let text = say(&r, &steps(StepState::Waiting), &[]);
+        assert!(text.starts_with("Waiting, holding nothing"), "{text}");
+        assert!(text.contains("whose /id is 7"), "{text}");
+        assert!(text.contains("2026-12-03T06:00:00Z"), "{text}");
+        assert!(text.contains("tickmark steps feed"), "{text}");
     }
 
     #[test]

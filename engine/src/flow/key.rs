@@ -52,6 +52,12 @@ impl From<String> for FlowKey {
     }
 }
 
+impl From<Vec<String>> for FlowKey {
+    fn from(pointers: Vec<String>) -> Self {
+        Self(pointers)
+    }
+}
+
 impl<const N: usize> From<[&str; N]> for FlowKey {
     fn from(pointers: [&str; N]) -> Self {
         Self(pointers.iter().map(|p| (*p).to_owned()).collect())

@@ -82,6 +82,7 @@ pub(crate) async fn accept(
                 window: debounce.window,
                 max_wait: debounce.max_wait,
             });
+        let match_keys = registry.match_keys_of(&event.source, &event.kind, &event.payload);
         let (plan_json, step_count, state) = match handler {
             Some(handler) => (
                 handler.plan_json.as_str(),
@@ -105,6 +106,7 @@ pub(crate) async fn accept(
             limit_key: limit.as_ref().map(|(key, _)| key.as_str()),
             limit_n: limit.as_ref().map(|(_, n)| *n),
             debounce,
+            match_keys: &match_keys,
         };
         let outcome = retry_transient("accept", ACCEPT_RETRY_BUDGET, || {
             store.event_insert(&insert)

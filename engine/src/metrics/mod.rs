@@ -11,11 +11,13 @@
 //! | `tickmark_steps_failed_total` | counter | `step`, `then` (`retry`, `dead`) |
 //! | `tickmark_step_duration_seconds` | histogram | `step` |
 //! | `tickmark_steps_throttled_total` | counter | `limit` — step runs that found their rate-limit bucket empty and waited |
+//! | `tickmark_waits_total` | counter | `outcome` (`waiting`, `matched`, `timed_out`, `slept`) — waits this process began (or resumed) and settled |
 //! | `tickmark_lease_takeovers_total` | counter | |
 //! | `tickmark_leases_lost_total` | counter | |
 //! | `tickmark_events` | gauge | `state` — rows per state, from the database |
 //! | `tickmark_events_superseded` | gauge | `source`, `kind` — events coalesced by debounce, from the database |
 //! | `tickmark_oldest_pending_age_seconds` | gauge | age of the oldest due, unclaimed event |
+//! | `tickmark_events_waiting` | gauge | events waiting at a wait step (for another event, or a time), from the database |
 //! | `tickmark_events_stuck` | gauge | running events whose lease expired without a mark (their worker died or stalled) |
 //!
 //! OpenMetrics names a counter's family without its `_total` suffix (`# TYPE
@@ -57,6 +59,7 @@ pub struct Metrics {
     steps_failed: Family<[Label; 2], Counter>,
     step_duration: Family<[Label; 1], Histogram>,
     steps_throttled: Family<[Label; 1], Counter>,
+    waits: Family<[Label; 1], Counter>,
     lease_takeovers: Counter,
     leases_lost: Counter,
 }
@@ -70,6 +73,7 @@ impl Default for Metrics {
             steps_failed: Family::default(),
             step_duration: Family::new_with_constructor(duration_histogram),
             steps_throttled: Family::default(),
+            waits: Family::default(),
             lease_takeovers: Counter::default(),
             leases_lost: Counter::default(),
         }
@@ -116,6 +120,14 @@ impl Metrics {
     pub fn step_throttled(&self, limit: &str) {
         self.steps_throttled
             .get_or_create(&[("limit", limit.to_owned())])
+            .inc();
+    }
+
+    /// A wait step went to wait (`waiting`), or settled (`matched`,
+    /// `timed_out`, `slept`).
+    pub fn wait(&self, outcome: &'static str) {
+        self.waits
+            .get_or_create(&[("outcome", outcome.to_owned())])
             .inc();
     }
 

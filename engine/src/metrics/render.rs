@@ -85,6 +85,11 @@ fn register_process(registry: &mut Registry, metrics: &Metrics) {
         metrics.steps_throttled.clone(),
     );
     registry.register(
+        "tickmark_waits",
+        "Wait steps in this process that went to wait (waiting) or settled (matched, timed_out, slept), by outcome",
+        metrics.waits.clone(),
+    );
+    registry.register(
         "tickmark_lease_takeovers",
         "Claims by this process that took over an expired lease (a worker died or stalled)",
         metrics.lease_takeovers.clone(),
@@ -137,6 +142,13 @@ fn register_database(registry: &mut Registry, counts: &EventCounts) {
         "How long the oldest due, unclaimed event has waited (0 when none)",
         oldest,
     );
+    let waiting = Gauge::<i64>::default();
+    waiting.set(counts.waiting);
+    registry.register(
+        "tickmark_events_waiting",
+        "Events waiting at a wait step, for another event or a time, holding no lease (from the database)",
+        waiting,
+    );
     let stuck = Gauge::<i64>::default();
     stuck.set(counts.stuck);
     registry.register(
@@ -159,6 +171,7 @@ mod tests {
             superseded: vec![("shopify".into(), "products/update".into(), 7)],
             oldest_pending_age: Some(Duration::from_millis(2500)),
             stuck: 2,
+            waiting: 4,
         }
     }
 
@@ -168,6 +181,7 @@ mod tests {
         metrics.step_done("render", Duration::from_millis(300));
         metrics.step_failed("send", true);
         metrics.leases_lost(3);
+        metrics.wait("matched");
         let text = exposition(&metrics, &counts()).unwrap();
         for line in [
             "# TYPE tickmark_steps_done counter",
@@ -179,6 +193,8 @@ mod tests {
             "tickmark_events{state=\"dead\"} 1",
             "tickmark_oldest_pending_age_seconds 2.5",
             "tickmark_events_stuck 2",
+            "tickmark_events_waiting 4",
+            "tickmark_waits_total{outcome=\"matched\"} 1",
             "tickmark_events_superseded{source=\"shopify\",kind=\"products/update\"} 7",
         ] {
             assert!(text.lines().any(|l| l == line), "{line} in\n{text}");

@@ -8,6 +8,7 @@ use crate::store::admin::{
     AuditNote, Decision, Declined, EventSnapshot, SettledAs, TransitionError, Verdict,
 };
 use crate::store::{EventRecord, Store};
+use crate::wait::WaitOutput;
 
 /// The operator's actions on one event. Every store has them (a blanket
 /// impl): `use tickmark::operator::Operations` and call them on the store.
@@ -40,6 +41,27 @@ pub trait Operations {
     /// Record the event's current step as done by hand (a fix made outside
     /// the system) and re-queue the rest.
     async fn step_mark_done_by_hand(
+        &self,
+        event_seq: i64,
+        step: &str,
+        actor: Actor<'_>,
+    ) -> Result<EventRecord, AdminError>;
+
+    /// Settle the waiting step `step` by hand with the event `fed` (its row
+    /// number), as if it had matched: the step is marked done naming it,
+    /// and the `if_matched` steps run.
+    async fn wait_feed(
+        &self,
+        event_seq: i64,
+        step: &str,
+        fed: i64,
+        actor: Actor<'_>,
+    ) -> Result<EventRecord, AdminError>;
+
+    /// End the wait of the waiting step `step` now: a worker settles it as a
+    /// timeout, as the plan says (its `if_timed_out` steps, or a dead
+    /// letter) — unless a matching event is already in the inbox.
+    async fn wait_time_out(
         &self,
         event_seq: i64,
         step: &str,
@@ -106,6 +128,70 @@ impl<S: Store + ?Sized> Operations for S {
         actor: Actor<'_>,
     ) -> Result<EventRecord, AdminError> {
         settle_step(self, event_seq, step, actor, SettledAs::Done).await
+    }
+
+    async fn wait_feed(
+        &self,
+        event_seq: i64,
+        step: &str,
+        fed: i64,
+        actor: Actor<'_>,
+    ) -> Result<EventRecord, AdminError> {
+        let reason = rules::required_reason(&actor, "feed")?;
+        let fed_event = self
+            .event_get(fed)
+            .await
+            .map_err(AdminError::Store)?
+            .ok_or_else(|| AdminError::NotFound(fed.to_string()))?;
+        let mut output = WaitOutput::fed(fed, &fed_event.event.id, actor.who);
+        output["reason"] = reason.into();
+        transition(self, event_seq, |before| {
+            let position = before.position_of(step)?;
+            rules::waiting(before, position)?;
+            Ok(Verdict {
+                decision: Decision::SettleStep {
+                    position,
+                    as_state: SettledAs::Done,
+                    output: output.clone(),
+                    last_error: None,
+                },
+                audit: note(
+                    &actor,
+                    "feed",
+                    Some(step),
+                    format!(
+                        "wait settled by hand with event {fed} ({} {} `{}`); its if_matched steps run",
+                        fed_event.event.source, fed_event.event.kind, fed_event.event.id
+                    ),
+                ),
+            })
+        })
+        .await
+    }
+
+    async fn wait_time_out(
+        &self,
+        event_seq: i64,
+        step: &str,
+        actor: Actor<'_>,
+    ) -> Result<EventRecord, AdminError> {
+        rules::required_reason(&actor, "time-out")?;
+        transition(self, event_seq, |before| {
+            let position = before.position_of(step)?;
+            rules::waiting(before, position)?;
+            Ok(Verdict {
+                decision: Decision::EndWait,
+                audit: note(
+                    &actor,
+                    "time_out",
+                    Some(step),
+                    "wait ended by hand: its deadline is now, and a worker settles it as a \
+                     timeout (the if_timed_out steps, or a dead letter)"
+                        .to_owned(),
+                ),
+            })
+        })
+        .await
     }
 }
 

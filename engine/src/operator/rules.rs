@@ -215,6 +215,21 @@ pub(super) fn settle_step(
     Ok(())
 }
 
+/// Whether step `position` of `before` waits, so that an operator may feed
+/// it an event or time it out.
+pub(super) fn waiting(before: &EventSnapshot, position: i32) -> Result<(), AdminError> {
+    let at_it = position == before.next_step && before.state == EventState::Pending;
+    match before.waiting_until {
+        Some(_) if at_it => Ok(()),
+        _ => Err(before.refused(format!(
+            "step `{}` is not waiting (only a wait step that has begun waiting can be fed an \
+             event or timed out; the event is at {})",
+            before.step_at(position),
+            before.at_step(before.next_step)
+        ))),
+    }
+}
+
 /// The reason skip and mark-done require.
 pub(super) fn required_reason<'a>(actor: &Actor<'a>, action: &str) -> Result<&'a str, AdminError> {
     match actor.reason.map(str::trim) {
@@ -324,7 +339,17 @@ mod tests {
             last_error: Some("boom".into()),
             finished_at: None,
             steps: vec!["a".into(), "b".into(), "c".into()],
+            waiting_until: None,
         }
+    }
+
+    #[test]
+    fn only_a_waiting_step_can_be_fed_or_timed_out() {
+        let mut waiting = before(EventState::Pending, 1, false);
+        refused(self::waiting(&waiting, 1), "is not waiting");
+        waiting.waiting_until = Some(Utc::now());
+        self::waiting(&waiting, 1).unwrap();
+        refused(self::waiting(&waiting, 2), "step `c` is not waiting");
     }
 
     fn refused<T: std::fmt::Debug>(result: Result<T, AdminError>, needle: &str) {

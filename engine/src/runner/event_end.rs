@@ -17,6 +17,8 @@ pub(crate) enum EventEnd {
     Snoozed,
     /// Its step's rate-limit bucket was empty: it waits for the next token.
     Throttled,
+    /// Its wait step waits (for another event, or a time), holding nothing.
+    Waiting,
     /// Given back on shutdown.
     Released,
     /// The lease was taken over or expired: this worker changed nothing more.

@@ -9,6 +9,7 @@ mod pace;
 mod plan_cache;
 mod run_event;
 mod run_step;
+mod run_wait;
 mod settle;
 mod shared;
 mod signals;

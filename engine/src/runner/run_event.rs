@@ -1,7 +1,9 @@
 //! Run one claimed event: decode its plan, check its sequence, resume at the
 //! first unfinished step with the earlier outputs, and run each step outside
 //! any lock. What happens after each step (mark done, schedule a retry,
-//! dead-letter, snooze, give back) is in `settle.rs`.
+//! dead-letter, snooze, give back) is in `settle.rs`; a wait step is
+//! `run_wait.rs`'s; a step on the branch of a wait's outcome not taken is
+//! recorded skipped.
 
 use std::sync::Arc;
 
@@ -11,12 +13,13 @@ use tracing::Instrument;
 
 use super::event_end::EventEnd;
 use super::run_step::{run_step, StepInputs, StepRun};
+use super::run_wait::run_wait;
 use super::settle::Settle;
 use super::shared::RunnerShared;
 use super::slots::Slot;
 use crate::context::StepOutputs;
 use crate::flow::RateLimitUse;
-use crate::plan::Plan;
+use crate::plan::{Action, Plan};
 use crate::step::FailureKind;
 use crate::store::transient::retry_transient;
 use crate::store::{ClaimedEvent, RateTake, RateTaken, Release, SequenceCheck};
@@ -170,6 +173,35 @@ impl<'a> EventRun<'a> {
             return Err(settle.dead_after_crashes(&step, retry.max_attempts).await);
         }
 
+        if let Some(branch) = &planned.only_if {
+            if !branch.taken(self.outputs.get(&branch.wait)) {
+                let output = serde_json::json!({
+                    "not_taken": format!("runs only if `{}` {}", branch.wait, match branch.on {
+                        crate::wait::WaitOutcome::Matched => "matched",
+                        crate::wait::WaitOutcome::TimedOut => "timed out",
+                    })
+                });
+                if position + 1 == plan.len() {
+                    slot.hand_on();
+                }
+                settle.mark_skipped(&step, &output).await?;
+                self.outputs.insert(planned.name.clone(), output);
+                return Ok(());
+            }
+        }
+        let code = match &planned.action {
+            Action::Run(code) => code.as_ref(),
+            Action::Wait(wait) => {
+                let settled = run_wait(shared, self.claimed, wait, &step, &settle).await;
+                if settled.is_err() || position + 1 == plan.len() {
+                    slot.hand_on();
+                }
+                let output = settled?;
+                self.outputs.insert(planned.name.clone(), output);
+                return Ok(());
+            }
+        };
+
         if let Some(used) = &planned.rate_limit {
             self.take_token(used, &settle, slot).await?;
         }
@@ -178,6 +210,7 @@ impl<'a> EventRun<'a> {
         let run = run_step(StepInputs {
             store: shared.store.as_ref(),
             planned,
+            step: code,
             event: &self.claimed.event,
             lease: self.claimed.lease,
             outputs: &self.outputs,

@@ -14,7 +14,7 @@ use crate::handler::Registry;
 use crate::inbox::FollowUpInbox;
 use crate::plan::PlannedStep;
 use crate::resources::Resources;
-use crate::step::{StepError, StepResult};
+use crate::step::{Step, StepError, StepResult};
 use crate::store::{Lease, StepTransaction, Store, StoreError};
 
 /// How a step's run ended.
@@ -35,6 +35,8 @@ pub(crate) enum StepRun {
 pub(crate) struct StepInputs<'a> {
     pub store: &'a dyn Store,
     pub planned: &'a PlannedStep,
+    /// The planned step's code (its action is `Run`).
+    pub step: &'a dyn Step,
     pub event: &'a Event,
     pub lease: Lease,
     pub outputs: &'a StepOutputs,
@@ -48,6 +50,7 @@ pub(crate) async fn run_step(inputs: StepInputs<'_>) -> Result<StepRun, StoreErr
     let StepInputs {
         store,
         planned,
+        step,
         event,
         lease,
         outputs,
@@ -56,7 +59,7 @@ pub(crate) async fn run_step(inputs: StepInputs<'_>) -> Result<StepRun, StoreErr
         resources,
         registry,
     } = inputs;
-    let mut transaction = if planned.step.transactional() {
+    let mut transaction = if step.transactional() {
         Some(store.step_transaction_begin().await?)
     } else {
         None
@@ -74,7 +77,7 @@ pub(crate) async fn run_step(inputs: StepInputs<'_>) -> Result<StepRun, StoreErr
         )
         .with_progress(ProgressReporter::new(store, lease))
         .with_follow_ups(&follow_ups);
-        let run = AssertUnwindSafe(planned.step.run(&mut ctx)).catch_unwind();
+        let run = AssertUnwindSafe(step.run(&mut ctx)).catch_unwind();
         let timed = async {
             match planned.options.timeout {
                 Some(limit) => tokio::time::timeout(limit, run).await.unwrap_or_else(|_| {

@@ -28,7 +28,17 @@ pub(crate) struct StepAttempt<'a> {
     finished_at: DateTime<Utc>,
 }
 
-impl StepAttempt<'_> {
+impl<'a> StepAttempt<'a> {
+    /// The step's name.
+    pub fn name(&self) -> &'a str {
+        self.name
+    }
+
+    /// Its position in the plan.
+    pub fn position(&self) -> i32 {
+        self.position
+    }
+
     /// The attempt's start and end.
     pub fn timed(self, started_at: DateTime<Utc>, finished_at: DateTime<Utc>) -> Self {
         Self {
@@ -38,7 +48,7 @@ impl StepAttempt<'_> {
         }
     }
 
-    fn attempt_i32(&self) -> i32 {
+    pub fn attempt_i32(&self) -> i32 {
         i32::try_from(self.attempt).unwrap_or(i32::MAX)
     }
 
@@ -63,6 +73,11 @@ impl<'a> Settle<'a> {
             lease,
             span,
         }
+    }
+
+    /// The span the outcomes are logged in (the step's).
+    pub fn span(&self) -> &Span {
+        &self.span
     }
 
     fn store(&self) -> &'a dyn Store {
@@ -100,6 +115,27 @@ impl<'a> Settle<'a> {
         output: &serde_json::Value,
         transaction: Option<StepTransaction>,
     ) -> Result<(), EventEnd> {
+        self.record_done(step, output, transaction, false).await
+    }
+
+    /// The step is on the branch of a wait's outcome that was not taken:
+    /// record it `skipped` (it never ran) and go on. `Err` ends the run.
+    pub async fn mark_skipped(
+        &self,
+        step: &StepAttempt<'_>,
+        output: &serde_json::Value,
+    ) -> Result<(), EventEnd> {
+        tracing::info!(parent: &self.span, %output, "branch not taken: step skipped");
+        self.record_done(step, output, None, true).await
+    }
+
+    async fn record_done(
+        &self,
+        step: &StepAttempt<'_>,
+        output: &serde_json::Value,
+        transaction: Option<StepTransaction>,
+        skipped: bool,
+    ) -> Result<(), EventEnd> {
         let store = self.store();
         let output_json = serde_json::to_string(output).unwrap_or_else(|_| "null".to_owned());
         let mark = MarkDone {
@@ -110,6 +146,7 @@ impl<'a> Settle<'a> {
             started_at: step.started_at,
             finished_at: step.finished_at,
             output_json: &output_json,
+            skipped,
         };
         let mark_span = tracing::debug_span!(parent: &self.span, "mark", step = %step.name, attempt = step.attempt);
         let marked = match transaction {
@@ -131,8 +168,10 @@ impl<'a> Settle<'a> {
         match marked {
             Ok(()) => {
                 tracing::debug!(parent: &self.span, duration_ms = step.took().as_millis() as u64, "step done");
-                self.shared.signals.update(|s| s.steps_done += 1);
-                self.shared.metrics.step_done(step.name, step.took());
+                if !skipped {
+                    self.shared.signals.update(|s| s.steps_done += 1);
+                    self.shared.metrics.step_done(step.name, step.took());
+                }
                 Ok(())
             }
             Err(StoreError::LeaseLost { .. }) => {

@@ -102,7 +102,9 @@ impl Worker {
 
     /// Run until no event is pending or running (including events leased by
     /// workers that died: their leases expire and this worker takes them over),
-    /// then shut down. For batch jobs, examples and tests.
+    /// then shut down. Events waiting at a wait step for another event or a
+    /// time do not keep it running (they hold nothing; a later worker
+    /// settles them). For batch jobs, examples and tests.
     pub async fn run_until_idle(self) -> Result<WorkerStats, StoreError> {
         let store = Arc::clone(&self.store);
         let mut stats = self.stats();

@@ -174,6 +174,8 @@ pub struct EventSnapshot {
     pub finished_at: Option<DateTime<Utc>>,
     /// The step names of its stored plan, in order.
     pub steps: Vec<String>,
+    /// While its current step waits (for another event, or a time): the deadline.
+    pub waiting_until: Option<DateTime<Utc>>,
 }
 
 impl EventSnapshot {
@@ -211,6 +213,10 @@ pub struct Verdict {
 #[non_exhaustive]
 #[derive(Debug, Clone, PartialEq)]
 pub enum Decision {
+    /// End the wait of the event's current step now: its deadline becomes
+    /// now and it is due, so a worker settles it as the plan says for a
+    /// timeout (the timeout branch, or a dead letter). Only while it waits.
+    EndWait,
     /// Make the event pending at step `resume_at`, due now, with a fresh
     /// attempt count, and forget the marks of the steps from `resume_at` on
     /// (they run again, with the same idempotency keys). Allowed from dead,

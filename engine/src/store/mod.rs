@@ -20,6 +20,7 @@ mod records;
 pub mod sqlite;
 mod transaction;
 pub(crate) mod transient;
+pub(crate) mod wait;
 mod wakeups;
 
 use std::fmt;
@@ -31,7 +32,7 @@ pub use portable_query::{PortableQuery, PortableRow, SqlValue};
 pub use records::{
     AfterFailure, ClaimParams, ClaimedEvent, DebounceInsert, EventCounts, EventInsert, EventRecord,
     InsertOutcome, Lease, MarkDone, MarkFailed, PlanGroup, RateTake, RateTaken, Release,
-    SequenceCheck, StepStatus, KIND_SEPARATOR,
+    SequenceCheck, StepStatus, WaitDeadline, WaitSettled, WaitStep, KIND_SEPARATOR,
 };
 pub use transaction::StepTransaction;
 pub use wakeups::Wakeups;
@@ -92,6 +93,15 @@ pub trait Store: admin::Admin + Send + Sync + fmt::Debug {
     /// on this database.
     async fn rate_take(&self, take: &RateTake<'_>) -> Result<RateTaken, StoreError>;
 
+    /// A leased event reached a wait step. In one transaction: if a matching
+    /// event is in the inbox (accepted since the wait began, or within its
+    /// lookback before), mark the wait done with it; else, if the deadline
+    /// has passed, settle the timeout (done as timed out, or dead); else
+    /// give the event back, due at the deadline, waiting on the key. The
+    /// accept of a matching event makes it due at once, so it comes back
+    /// here. Accepts and waits on one key take turns, so none is missed.
+    async fn step_wait(&self, wait: &WaitStep<'_>) -> Result<WaitSettled, StoreError>;
+
     /// Record what the running step reports about its progress.
     async fn event_progress(
         &self,
@@ -116,7 +126,9 @@ pub trait Store: admin::Admin + Send + Sync + fmt::Debug {
     /// (zero if one is due now); `None` when nothing is active.
     async fn event_next_due(&self) -> Result<Option<Duration>, StoreError>;
 
-    /// How many events are pending or running.
+    /// How many events are pending or running: work for a worker now or
+    /// later, except events that wait (for another event, or a time) and
+    /// are not due; they hold nothing, and may wait for days.
     async fn event_count_active(&self) -> Result<i64, StoreError>;
 
     /// Events per state, and the age of the oldest due pending event.

@@ -6,6 +6,7 @@ use chrono::{DateTime, Utc};
 use serde::Serialize;
 
 use crate::event::{Event, EventState, StepState};
+use crate::wait::{OnTimeout, WaitOutcome};
 
 /// An event to insert into the inbox.
 #[derive(Debug, Clone)]
@@ -41,6 +42,11 @@ pub struct EventInsert<'a> {
     /// Coalesce with the waiting events of a key (debounce): inserted in a
     /// transaction of its own, not batched.
     pub debounce: Option<DebounceInsert<'a>>,
+    /// The keys a waiting event may match this event by
+    /// ([`Handler::wait`](crate::Handler::wait)): recorded with the event, and
+    /// the events waiting on them are woken, in the insert's transaction (of
+    /// its own, not batched).
+    pub match_keys: &'a [String],
 }
 
 /// How an accepted event is coalesced with the waiting events of its key
@@ -277,6 +283,9 @@ pub struct MarkDone<'a> {
     pub finished_at: DateTime<Utc>,
     /// Its output as JSON text.
     pub output_json: &'a str,
+    /// Recorded `skipped`, not `done`: the step is on the branch of a wait's
+    /// outcome that was not taken, and did not run.
+    pub skipped: bool,
 }
 
 impl MarkDone<'_> {
@@ -306,6 +315,7 @@ impl OwnedMarkDone {
             started_at: self.started_at,
             finished_at: self.finished_at,
             output_json: &self.output_json,
+            skipped: false,
         }
     }
 }
@@ -320,6 +330,64 @@ pub(crate) struct OwnedMarkDone {
     pub started_at: DateTime<Utc>,
     pub finished_at: DateTime<Utc>,
     pub output_json: String,
+}
+
+/// A leased event has reached a wait step: settle the wait (a match, a
+/// timeout) or give the event back to wait, in one transaction
+/// ([`Store::step_wait`](super::Store::step_wait)).
+#[derive(Debug, Clone)]
+pub struct WaitStep<'a> {
+    /// The lease the event is held under.
+    pub lease: Lease,
+    /// The wait's position in the plan.
+    pub position: i32,
+    /// The wait step's name.
+    pub step: &'a str,
+    /// The attempt the claim counted (refunded when the event goes back to wait).
+    pub attempt: i32,
+    /// What it waits on (`tickmark::wait` match key); `None` for a timer.
+    pub key: Option<&'a str>,
+    /// Matching events accepted this long before the wait began count too
+    /// (`None`: any still in the inbox, i.e. within the dedup window).
+    pub lookback: Option<Duration>,
+    /// When the wait ends, the first time it starts (kept from then on).
+    pub deadline: WaitDeadline,
+    /// What the deadline does to a wait for an event.
+    pub on_timeout: OnTimeout,
+    /// Shown as the step's `last_error` while it waits.
+    pub waiting_note: &'a str,
+    /// The dead-letter reason when a timeout dead-letters.
+    pub timeout_error: &'a str,
+}
+
+/// When a wait ends.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WaitDeadline {
+    /// This long after the wait first started (by the database's clock).
+    After(Duration),
+    /// At this time.
+    At(DateTime<Utc>),
+}
+
+/// How a [`WaitStep`] ended.
+#[derive(Debug, Clone, PartialEq)]
+pub enum WaitSettled {
+    /// The wait step was marked done with `output`; the lease is still
+    /// held, and the run goes on with the next step.
+    Done {
+        /// The stored output ([`WaitOutput`](crate::wait::WaitOutput)).
+        output: serde_json::Value,
+        /// Matched or timed out (`None` for a timer).
+        outcome: Option<WaitOutcome>,
+    },
+    /// The wait timed out and the event was dead-lettered.
+    Dead,
+    /// Nothing settled it yet: the event was given back, due at `until`
+    /// (or sooner, when a matching event is accepted). No lease is held.
+    Waiting {
+        /// The deadline.
+        until: DateTime<Utc>,
+    },
 }
 
 /// What happens to an event after a failed attempt.
@@ -430,6 +498,8 @@ pub struct EventCounts {
     pub by_state: Vec<(EventState, i64)>,
     /// Events coalesced by debounce, per (source, kind).
     pub superseded: Vec<(String, String, i64)>,
+    /// Events waiting (for another event, or a time) at a wait step.
+    pub waiting: i64,
     /// How long the oldest due, unclaimed event has waited.
     pub oldest_pending_age: Option<Duration>,
     /// Running events whose lease has expired without a mark.

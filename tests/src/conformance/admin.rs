@@ -101,6 +101,7 @@ fn mark_first(claimed: &ClaimedEvent) -> MarkDone<'static> {
         started_at: now,
         finished_at: now,
         output_json: "{}",
+        skipped: false,
     }
 }
 

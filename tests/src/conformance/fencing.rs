@@ -42,6 +42,7 @@ fn done_mark(claimed: &ClaimedEvent) -> MarkDone<'static> {
         started_at: now,
         finished_at: now,
         output_json: "{}",
+        skipped: false,
     }
 }
 

@@ -12,6 +12,7 @@ pub mod portable_sql;
 pub mod retries;
 pub mod running;
 pub mod shutdown;
+pub mod waits;
 
 use std::time::Duration;
 
@@ -101,6 +102,14 @@ macro_rules! conformance_suite {
             flow::a_debounced_burst_keeps_the_newest_sequence,
             flow::a_started_event_is_not_superseded,
             flow::racing_accepts_of_one_key_leave_one_event_waiting,
+            waits::a_waiting_event_holds_nothing_until_a_match_wakes_it,
+            waits::a_match_accepted_before_the_wait_is_found,
+            waits::a_timeout_runs_the_timeout_branch,
+            waits::a_timeout_without_a_timeout_branch_dead_letters,
+            waits::a_match_racing_the_timeout_settles_one_outcome,
+            waits::accepts_racing_the_start_of_waits_lose_no_wake_up,
+            waits::a_durable_timer_survives_a_restart,
+            waits::an_operator_feeds_or_times_out_a_wait_by_hand,
             admin::retry_from_a_step_keeps_earlier_steps_and_reruns_later_ones_with_the_same_keys,
             admin::retry_resumes_a_dead_event_at_its_failed_step_and_wakes_a_worker,
             admin::the_audit_trail_records_every_manual_action,

@@ -152,6 +152,7 @@ pub async fn a_crash_after_a_mark_resumes_at_the_first_unfinished_step(db: TestD
                 started_at: now,
                 finished_at: now,
                 output_json: r#"{"from":"the dead worker"}"#,
+                skipped: false,
             },
             None,
         )

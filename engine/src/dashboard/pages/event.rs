@@ -228,7 +228,7 @@ fn step_rows(step: &StepStatus) -> Markup {
         _ => String::new(),
     };
     let next = match step.state {
-        StepState::Retrying => step.retry_at.as_ref(),
+        StepState::Retrying | StepState::Waiting | StepState::Throttled => step.retry_at.as_ref(),
         StepState::Running | StepState::Interrupted => step.lease_until.as_ref(),
         _ => None,
     };

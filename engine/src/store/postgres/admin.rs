@@ -43,6 +43,7 @@ impl PostgresStore {
             last_error: row.try_get("last_error")?,
             finished_at: row.try_get("finished_at")?,
             steps: decode::step_names(&plan)?,
+            waiting_until: row.try_get("wait_until")?,
         })
     }
 
@@ -75,6 +76,13 @@ impl PostgresStore {
                     .await?;
                 Ok(record)
             }
+            Decision::EndWait => changed(
+                sqlx::query(sql::EVENT_END_WAIT)
+                    .bind(found.seq)
+                    .fetch_optional(&mut *conn)
+                    .await?,
+                found,
+            ),
             Decision::Cancel => changed(
                 sqlx::query(sql::EVENT_CANCEL)
                     .bind(found.seq)

@@ -66,7 +66,7 @@ pub const AUDIT_LIST: &str = "
 /// `lease_expired` uses the same clock as leases: the database's.
 pub const ADMIN_EVENT_LOCK: &str = "
     SELECT state, next_step, step_count, attempt, due_at, (due_at <= now()) AS lease_expired,
-           lease_owner, last_error, finished_at, plan::text AS plan
+           lease_owner, last_error, finished_at, plan::text AS plan, wait_until
     FROM tickmark_events
     WHERE id = $1
     FOR UPDATE";
@@ -79,6 +79,7 @@ pub const EVENT_RETRY: &str = concat!(
     SET state = 'pending', next_step = $2, due_at = now(), attempt = 0, lease_owner = NULL,
         finished_at = NULL, last_error = NULL, lease_token = lease_token + 1,
         snoozed = false, progress = NULL, progress_message = NULL,
+        wait_key = NULL, wait_since = NULL, wait_until = NULL,
         resource_seq = CASE WHEN state = 'stale' THEN NULL ELSE resource_seq END
     WHERE id = $1
       AND (state IN ('dead', 'parked', 'cancelled', 'stale')
@@ -93,11 +94,23 @@ pub const EVENT_RETRY: &str = concat!(
 pub const STEPS_FORGET_FROM: &str =
     "DELETE FROM tickmark_steps WHERE event_seq = $1 AND position >= $2";
 
+/// End the wait of event $1's current step now: deadline and due time
+/// become now (now()), so a worker settles it as a timeout. Only while it
+/// waits.
+pub const EVENT_END_WAIT: &str = concat!(
+    "UPDATE tickmark_events
+    SET wait_until = now(), due_at = now(), lease_token = lease_token + 1
+    WHERE id = $1 AND state = 'pending' AND wait_until IS NOT NULL
+    RETURNING ",
+    record_columns!()
+);
+
 /// Cancel event `$1` unless it has ended; a worker holding it loses its lease
 /// (the token changes), so its next heartbeat or mark fails and it stops.
 pub const EVENT_CANCEL: &str = concat!(
     "UPDATE tickmark_events
-    SET state = 'cancelled', finished_at = now(), lease_token = lease_token + 1
+    SET state = 'cancelled', finished_at = now(), lease_token = lease_token + 1,
+        wait_key = NULL, wait_since = NULL, wait_until = NULL
     WHERE id = $1 AND state IN ('pending', 'running', 'dead', 'parked')
     RETURNING ",
     record_columns!()
@@ -113,7 +126,8 @@ pub const EVENT_SETTLE_STEP: &str = concat!(
         finished_at = CASE WHEN next_step + 1 >= step_count THEN now() END,
         due_at = now(), attempt = 0, lease_owner = NULL, last_error = NULL,
         lease_token = lease_token + 1, snoozed = false,
-        progress = NULL, progress_message = NULL
+        progress = NULL, progress_message = NULL,
+        wait_key = NULL, wait_since = NULL, wait_until = NULL
     WHERE id = $1 AND next_step = $2
       AND (state IN ('pending', 'dead', 'parked') OR (state = 'running' AND due_at <= now()))
     RETURNING ",
@@ -142,7 +156,7 @@ pub const NOTIFY: &str = "SELECT pg_notify($1, '')";
 
 /// Delete up to `$3` finished events received more than `$1` seconds ago
 /// (dead ones too when `$2`), oldest first, with their steps (deleted here:
-/// migration 0006 dropped that foreign key) and audit rows (`ON DELETE
+/// migration 0006 dropped that foreign key), match keys and audit rows (`ON DELETE
 /// CASCADE`); the number of events deleted. Rows an action holds are
 /// skipped, and the state is checked again on the locked row.
 pub const EVENT_PRUNE: &str = "
@@ -161,6 +175,9 @@ pub const EVENT_PRUNE: &str = "
     ),
     steps AS (
         DELETE FROM tickmark_steps WHERE event_seq IN (SELECT id FROM gone)
+    ),
+    keys AS (
+        DELETE FROM tickmark_match_keys WHERE event_seq IN (SELECT id FROM gone)
     )
     SELECT count(*) FROM gone";
 

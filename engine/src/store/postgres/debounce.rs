@@ -75,6 +75,8 @@ impl PostgresStore {
             .bind(&self.channel)
             .execute(&mut *tx)
             .await?;
+        self.record_match_keys(&mut tx, seq, event.match_keys)
+            .await?;
         tx.commit().await?;
         Ok(InsertOutcome::New(seq))
     }

@@ -6,6 +6,7 @@ mod admin;
 mod admin_sql;
 mod debounce;
 mod sql;
+mod wait;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -17,7 +18,8 @@ use sqlx::Row;
 use super::{
     decode, AfterFailure, Backend, ClaimParams, ClaimedEvent, EventCounts, EventInsert,
     EventRecord, InsertOutcome, Lease, MarkDone, MarkFailed, PlanGroup, RateTake, RateTaken,
-    Release, SequenceCheck, StepStatus, StepTransaction, Store, StoreError, Wakeups,
+    Release, SequenceCheck, StepStatus, StepTransaction, Store, StoreError, WaitSettled, WaitStep,
+    Wakeups,
 };
 use crate::event::Event;
 use crate::store::group_commit::{copy_error, FlushFn, GroupCommit, Overlap};
@@ -124,6 +126,32 @@ impl PostgresStore {
             .bind(mark.started_at)
             .bind(mark.finished_at)
             .bind(mark.output_json)
+            .bind(mark.skipped)
+            .execute(conn)
+            .await?;
+        Ok(result.rows_affected())
+    }
+
+    /// Record a failed attempt of `lease`'s step on `conn` (the caller commits).
+    async fn mark_failed_on(
+        conn: &mut sqlx::PgConnection,
+        mark: &MarkFailed<'_>,
+    ) -> Result<u64, StoreError> {
+        let (dead, retry_in) = match mark.then {
+            AfterFailure::RetryIn(delay) => (false, delay),
+            AfterFailure::Dead => (true, Duration::ZERO),
+        };
+        let result = sqlx::query(sql::STEP_MARK_FAILED)
+            .bind(mark.lease.event_seq)
+            .bind(mark.lease.token)
+            .bind(mark.position)
+            .bind(mark.step)
+            .bind(mark.attempt)
+            .bind(mark.started_at)
+            .bind(mark.finished_at)
+            .bind(mark.error)
+            .bind(dead)
+            .bind(seconds(retry_in))
             .execute(conn)
             .await?;
         Ok(result.rows_affected())
@@ -368,6 +396,7 @@ impl Store for PostgresStore {
     async fn event_insert(&self, event: &EventInsert<'_>) -> Result<InsertOutcome, StoreError> {
         match &event.debounce {
             Some(debounce) => self.insert_debounced(event, debounce).await,
+            None if !event.match_keys.is_empty() => self.insert_matchable(event).await,
             None => self.inserts.try_submit(event.to_owned_insert()).await?,
         }
     }
@@ -453,6 +482,10 @@ impl Store for PostgresStore {
         Ok(decode::rate_waiting(wake_in_us.unwrap_or(0)))
     }
 
+    async fn step_wait(&self, wait: &WaitStep<'_>) -> Result<WaitSettled, StoreError> {
+        self.settle_wait(wait).await
+    }
+
     async fn event_progress(
         &self,
         lease: &Lease,
@@ -532,6 +565,9 @@ impl Store for PostgresStore {
             superseded: decode::superseded_by_handler(&rows),
             oldest_pending_age: age.map(|s| Duration::from_secs_f64(s.max(0.0))),
             stuck: sqlx::query_scalar(sql::EVENT_COUNT_STUCK)
+                .fetch_one(&self.pool)
+                .await?,
+            waiting: sqlx::query_scalar(sql::EVENT_COUNT_WAITING)
                 .fetch_one(&self.pool)
                 .await?,
         })
@@ -614,34 +650,26 @@ impl Store for PostgresStore {
                     "a SQLite transaction was handed to the PostgreSQL store".into(),
                 ))
             }
+            // A skipped branch is rare: its own statement, not the batch.
+            None if mark.skipped => {
+                Self::mark_done_on(&mut *self.pool.acquire().await?, mark).await?
+            }
             None => u64::from(self.marks.submit(mark.to_owned_mark()).await??),
         };
         if changed == 0 {
-            return self.confirm_mark(&mark.lease, mark.position, "done").await;
+            let state = if mark.skipped { "skipped" } else { "done" };
+            return self.confirm_mark(&mark.lease, mark.position, state).await;
         }
         Ok(())
     }
 
     async fn step_mark_failed(&self, mark: &MarkFailed<'_>) -> Result<(), StoreError> {
-        let (dead, retry_in) = match mark.then {
-            AfterFailure::RetryIn(delay) => (false, delay),
-            AfterFailure::Dead => (true, Duration::ZERO),
-        };
-        let result = sqlx::query(sql::STEP_MARK_FAILED)
-            .bind(mark.lease.event_seq)
-            .bind(mark.lease.token)
-            .bind(mark.position)
-            .bind(mark.step)
-            .bind(mark.attempt)
-            .bind(mark.started_at)
-            .bind(mark.finished_at)
-            .bind(mark.error)
-            .bind(dead)
-            .bind(seconds(retry_in))
-            .execute(&self.pool)
-            .await?;
-        if result.rows_affected() == 0 {
-            let state = if dead { "dead" } else { "failed" };
+        let mut conn = self.pool.acquire().await?;
+        if Self::mark_failed_on(&mut conn, mark).await? == 0 {
+            let state = match mark.then {
+                AfterFailure::Dead => "dead",
+                AfterFailure::RetryIn(_) => "failed",
+            };
             return self.confirm_mark(&mark.lease, mark.position, state).await;
         }
         Ok(())

@@ -51,7 +51,7 @@ pub const DEBOUNCE_INSERT: &str = "
 pub const DEBOUNCE_WAITING: &str = "
     SELECT id, resource_seq, burst_started_at FROM tickmark_events
     WHERE debounce_key = $1 AND state = 'pending' AND next_step = 0 AND attempt = 0
-      AND id <> $2
+      AND wait_until IS NULL AND id <> $2
     ORDER BY id
     FOR UPDATE";
 
@@ -171,9 +171,12 @@ pub const EVENT_NEXT_DUE: &str = "
     ORDER BY due_at, id
     LIMIT 1";
 
-/// Pending or running events.
-pub const EVENT_COUNT_ACTIVE: &str =
-    "SELECT count(*) FROM tickmark_events WHERE state IN ('pending', 'running')";
+/// Running events, and pending ones except those waiting at a wait step whose
+/// deadline has not come and that no match has woken.
+pub const EVENT_COUNT_ACTIVE: &str = "
+    SELECT count(*) FROM tickmark_events
+    WHERE state = 'running'
+       OR (state = 'pending' AND (wait_until IS NULL OR due_at <= now()))";
 
 /// Events per state, and superseded events per (source, kind), in one scan.
 pub const EVENT_COUNT_BY_STATE: &str = "
@@ -186,6 +189,10 @@ pub const EVENT_COUNT_BY_STATE: &str = "
 /// Running events whose lease expired (their worker died or stalled).
 pub const EVENT_COUNT_STUCK: &str =
     "SELECT count(*) FROM tickmark_events WHERE state = 'running' AND due_at <= now()";
+
+/// Events waiting at a wait step (for another event, or a time).
+pub const EVENT_COUNT_WAITING: &str =
+    "SELECT count(*) FROM tickmark_events WHERE state = 'pending' AND wait_until IS NOT NULL";
 
 /// Seconds the oldest due pending event has waited.
 pub const EVENT_OLDEST_PENDING_AGE: &str = "
@@ -210,8 +217,9 @@ pub const STEP_OUTPUTS: &str = "
     WHERE event_seq = $1 AND state IN ('done', 'skipped')
     ORDER BY position";
 
-/// Mark step `$3` done under lease (`$1`, `$2`) and advance the event; the last
-/// step's mark also finishes the event. The event update filters on state,
+/// Mark step `$3` done (or, when `$9`, skipped: a branch not taken) under
+/// lease (`$1`, `$2`) and advance the event; the last step's mark also
+/// finishes the event. The event update filters on state,
 /// token, position and an unexpired lease: if it changes nothing, nothing is
 /// inserted either.
 pub const STEP_MARK_DONE: &str = "
@@ -231,9 +239,10 @@ pub const STEP_MARK_DONE: &str = "
     )
     INSERT INTO tickmark_steps
         (event_seq, position, name, state, attempts, lease_token, started_at, finished_at, output)
-    SELECT id, $3, $4, 'done', $5, $2, $6, $7, $8::json FROM advanced
+    SELECT id, $3, $4, CASE WHEN $9 THEN 'skipped' ELSE 'done' END, $5, $2, $6, $7, $8::json
+    FROM advanced
     ON CONFLICT (event_seq, position) DO UPDATE
-    SET state = 'done', attempts = EXCLUDED.attempts, lease_token = EXCLUDED.lease_token,
+    SET state = EXCLUDED.state, attempts = EXCLUDED.attempts, lease_token = EXCLUDED.lease_token,
         started_at = EXCLUDED.started_at, finished_at = EXCLUDED.finished_at,
         output = EXCLUDED.output, last_error = NULL";
 

@@ -48,6 +48,7 @@ impl SqliteStore {
             last_error: row.try_get("last_error")?,
             finished_at: parse_time_opt(row.try_get("finished_at")?)?,
             steps: decode::step_names(&plan)?,
+            waiting_until: parse_time_opt(row.try_get("wait_until")?)?,
         })
     }
 
@@ -82,6 +83,14 @@ impl SqliteStore {
                     .await?;
                 Ok(record)
             }
+            Decision::EndWait => changed(
+                sqlx::query(sql::EVENT_END_WAIT)
+                    .bind(found.seq)
+                    .bind(now)
+                    .fetch_optional(&mut *conn)
+                    .await?,
+                found,
+            ),
             Decision::Cancel => changed(
                 sqlx::query(sql::EVENT_CANCEL)
                     .bind(found.seq)

@@ -67,7 +67,7 @@ pub const AUDIT_LIST: &str = "
 /// transaction, so nothing changes it before the transition's `UPDATE`).
 pub const ADMIN_EVENT_READ: &str = "
     SELECT state, next_step, step_count, attempt, due_at, lease_owner, last_error, finished_at,
-           plan
+           plan, wait_until
     FROM tickmark_events
     WHERE id = ?1";
 
@@ -79,6 +79,7 @@ pub const EVENT_RETRY: &str = concat!(
     SET state = 'pending', next_step = ?2, due_at = ?5, attempt = 0, lease_owner = NULL,
         finished_at = NULL, last_error = NULL, lease_token = lease_token + 1,
         snoozed = 0, progress = NULL, progress_message = NULL,
+        wait_key = NULL, wait_since = NULL, wait_until = NULL,
         resource_seq = CASE WHEN state = 'stale' THEN NULL ELSE resource_seq END
     WHERE id = ?1
       AND (state IN ('dead', 'parked', 'cancelled', 'stale')
@@ -93,11 +94,23 @@ pub const EVENT_RETRY: &str = concat!(
 pub const STEPS_FORGET_FROM: &str =
     "DELETE FROM tickmark_steps WHERE event_seq = ?1 AND position >= ?2";
 
+/// End the wait of event ?1's current step now: deadline and due time
+/// become now (?2), so a worker settles it as a timeout. Only while it
+/// waits.
+pub const EVENT_END_WAIT: &str = concat!(
+    "UPDATE tickmark_events
+    SET wait_until = ?2, due_at = ?2, lease_token = lease_token + 1
+    WHERE id = ?1 AND state = 'pending' AND wait_until IS NOT NULL
+    RETURNING ",
+    record_columns!()
+);
+
 /// Cancel event ?1 unless it has ended; a worker holding it loses its lease
 /// (the token changes), so its next heartbeat or mark fails and it stops.
 pub const EVENT_CANCEL: &str = concat!(
     "UPDATE tickmark_events
-    SET state = 'cancelled', finished_at = ?2, lease_token = lease_token + 1
+    SET state = 'cancelled', finished_at = ?2, lease_token = lease_token + 1,
+        wait_key = NULL, wait_since = NULL, wait_until = NULL
     WHERE id = ?1 AND state IN ('pending', 'running', 'dead', 'parked')
     RETURNING ",
     record_columns!()
@@ -113,7 +126,8 @@ pub const EVENT_SETTLE_STEP: &str = concat!(
         finished_at = CASE WHEN next_step + 1 >= step_count THEN ?3 END,
         due_at = ?3, attempt = 0, lease_owner = NULL, last_error = NULL,
         lease_token = lease_token + 1, snoozed = 0,
-        progress = NULL, progress_message = NULL
+        progress = NULL, progress_message = NULL,
+        wait_key = NULL, wait_since = NULL, wait_until = NULL
     WHERE id = ?1 AND next_step = ?2
       AND (state IN ('pending', 'dead', 'parked') OR (state = 'running' AND due_at <= ?3))
     RETURNING ",

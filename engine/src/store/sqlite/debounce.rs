@@ -72,6 +72,7 @@ impl SqliteStore {
             .bind(format_time(decided.burst_started_at))
             .execute(&mut *tx)
             .await?;
+        super::wait::record_match_keys(&mut tx, seq, event.match_keys, now).await?;
         tx.commit().await?;
         self.wake_workers();
         Ok(InsertOutcome::New(seq))

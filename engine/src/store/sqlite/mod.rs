@@ -14,6 +14,7 @@ mod admin_sql;
 mod debounce;
 mod sql;
 mod time;
+mod wait;
 
 use std::collections::HashMap;
 use std::str::FromStr;
@@ -32,7 +33,8 @@ use tokio::sync::{watch, Mutex, OwnedMutexGuard};
 use super::{
     decode, AfterFailure, Backend, ClaimParams, ClaimedEvent, EventCounts, EventInsert,
     EventRecord, InsertOutcome, Lease, MarkDone, MarkFailed, PlanGroup, RateTake, RateTaken,
-    Release, SequenceCheck, StepStatus, StepTransaction, Store, StoreError, Wakeups,
+    Release, SequenceCheck, StepStatus, StepTransaction, Store, StoreError, WaitSettled, WaitStep,
+    Wakeups,
 };
 use crate::event::{Event, EventState};
 use crate::store::group_commit::{copy_error, FlushFn, GroupCommit, Overlap};
@@ -160,6 +162,7 @@ impl SqliteStore {
             .bind(format_time(mark.started_at))
             .bind(format_time(mark.finished_at))
             .bind(mark.output_json)
+            .bind(mark.skipped)
             .execute(&mut *conn)
             .await?;
         Ok(true)
@@ -386,6 +389,9 @@ impl Store for SqliteStore {
         if let Some(debounce) = &event.debounce {
             return self.insert_debounced(event, debounce).await;
         }
+        if !event.match_keys.is_empty() {
+            return self.insert_matchable(event).await;
+        }
         let outcome = self.inserts.try_submit(event.to_owned_insert()).await??;
         if matches!(outcome, InsertOutcome::New(_)) && event.state == EventState::Pending {
             self.wake_workers();
@@ -527,6 +533,10 @@ impl Store for SqliteStore {
         Ok(answer)
     }
 
+    async fn step_wait(&self, wait: &WaitStep<'_>) -> Result<WaitSettled, StoreError> {
+        self.settle_wait(wait).await
+    }
+
     async fn event_progress(
         &self,
         lease: &Lease,
@@ -614,6 +624,7 @@ impl Store for SqliteStore {
 
     async fn event_count_active(&self) -> Result<i64, StoreError> {
         Ok(sqlx::query_scalar(sql::EVENT_COUNT_ACTIVE)
+            .bind(format_time(Utc::now()))
             .fetch_one(&self.pool)
             .await?)
     }
@@ -641,6 +652,9 @@ impl Store for SqliteStore {
             },
             stuck: sqlx::query_scalar(sql::EVENT_COUNT_STUCK)
                 .bind(format_time(now))
+                .fetch_one(&self.pool)
+                .await?,
+            waiting: sqlx::query_scalar(sql::EVENT_COUNT_WAITING)
                 .fetch_one(&self.pool)
                 .await?,
         })
@@ -717,6 +731,11 @@ impl Store for SqliteStore {
                     "a PostgreSQL transaction was handed to the SQLite store".into(),
                 ))
             }
+            None if mark.skipped => {
+                // A skipped branch is rare: its own transaction, not the batch.
+                let (turn, transaction) = self.begin_write().await?;
+                (transaction, turn)
+            }
             None => {
                 // Concurrent marks share one transaction: one fsync for all.
                 if self.marks.submit(mark.to_owned_mark()).await?? {
@@ -731,7 +750,8 @@ impl Store for SqliteStore {
             // Rolls back the step's own writes too, if it was transactional.
             transaction.rollback().await?;
             drop(turn);
-            return self.confirm_mark(&mark.lease, mark.position, "done").await;
+            let state = if mark.skipped { "skipped" } else { "done" };
+            return self.confirm_mark(&mark.lease, mark.position, state).await;
         }
         transaction.commit().await?;
         drop(turn);

@@ -156,9 +156,12 @@ pub const EVENT_NEXT_DUE: &str = "
     ORDER BY due_at, id
     LIMIT 1";
 
-/// Pending or running events.
-pub const EVENT_COUNT_ACTIVE: &str =
-    "SELECT count(*) FROM tickmark_events WHERE state IN ('pending', 'running')";
+/// Running events, and pending ones except those waiting at a wait step whose
+/// deadline (after `?1`, now) has not come and that no match has woken.
+pub const EVENT_COUNT_ACTIVE: &str = "
+    SELECT count(*) FROM tickmark_events
+    WHERE state = 'running'
+       OR (state = 'pending' AND (wait_until IS NULL OR due_at <= ?1))";
 
 /// Events per state, and superseded events per (source, kind), in one scan.
 pub const EVENT_COUNT_BY_STATE: &str = "
@@ -213,9 +216,9 @@ pub const EVENT_ADVANCE: &str = "
 pub const STEP_UPSERT_DONE: &str = "
     INSERT INTO tickmark_steps
         (event_seq, position, name, state, attempts, lease_token, started_at, finished_at, output)
-    VALUES (?1, ?2, ?3, 'done', ?4, ?5, ?6, ?7, ?8)
+    VALUES (?1, ?2, ?3, CASE WHEN ?9 THEN 'skipped' ELSE 'done' END, ?4, ?5, ?6, ?7, ?8)
     ON CONFLICT (event_seq, position) DO UPDATE
-    SET state = 'done', attempts = excluded.attempts, lease_token = excluded.lease_token,
+    SET state = excluded.state, attempts = excluded.attempts, lease_token = excluded.lease_token,
         started_at = excluded.started_at, finished_at = excluded.finished_at,
         output = excluded.output, last_error = NULL";
 
@@ -242,6 +245,10 @@ pub const STEP_UPSERT_FAILED: &str = "
     SET state = excluded.state, attempts = excluded.attempts, lease_token = excluded.lease_token,
         started_at = excluded.started_at, finished_at = excluded.finished_at,
         last_error = excluded.last_error";
+
+/// Events waiting at a wait step (for another event, or a time).
+pub const EVENT_COUNT_WAITING: &str =
+    "SELECT count(*) FROM tickmark_events WHERE state = 'pending' AND wait_until IS NOT NULL";
 
 /// Whether a mark that changed nothing had been applied under this token.
 pub const STEP_MARK_CONFIRM: &str = "
@@ -280,7 +287,7 @@ pub const DEBOUNCE_INSERT: &str = "
 pub const DEBOUNCE_WAITING: &str = "
     SELECT id, resource_seq, burst_started_at FROM tickmark_events
     WHERE debounce_key = ?1 AND state = 'pending' AND next_step = 0 AND attempt = 0
-      AND id <> ?2
+      AND wait_until IS NULL AND id <> ?2
     ORDER BY id";
 
 /// Coalesce: the burst's other events (a JSON list) end `superseded`,
