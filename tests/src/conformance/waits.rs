@@ -431,3 +431,86 @@ pub async fn an_operator_feeds_or_times_out_a_wait_by_hand(db: TestDb) {
         "{audit:?}"
     );
 }
+
+/// PostgreSQL only (SQLite's write lock serialises every write transaction):
+/// an accept whose wake-up would run while a wait is being decided waits
+/// for that wait's key lock, so the wake-up sees the wait once it is
+/// recorded. The wait's transaction is played by hand and held open until
+/// the accept is seen waiting for the lock (or, were the lock missing, has
+/// finished without waking anything): no timing is involved.
+pub async fn an_accept_waits_for_a_wait_being_decided_on_its_key(db: TestDb) {
+    use sqlx::Connection;
+
+    let engine = engine(&db, order_handlers());
+    let order = accept(&engine, "order.created", "o-9", 9).await;
+    run_until_idle(&engine, "w1").await;
+    let key = db
+        .probe
+        .text(&format!(
+            "SELECT wait_key FROM tickmark_events WHERE id = {order}"
+        ))
+        .await
+        .expect("the order waits on a key");
+    // Back to the moment before the wait was recorded.
+    db.probe
+        .execute(&format!(
+            "UPDATE tickmark_events SET wait_key = NULL WHERE id = {order}"
+        ))
+        .await;
+
+    // The wait's transaction: the key's lock, then the wait recorded.
+    let mut waiter = sqlx::PgConnection::connect(&db.url).await.unwrap();
+    let mut tx = waiter.begin().await.unwrap();
+    sqlx::query("SELECT pg_advisory_xact_lock(hashtextextended('tickmark.wait:' || $1, 0))")
+        .bind(&key)
+        .execute(&mut *tx)
+        .await
+        .unwrap();
+    sqlx::query("UPDATE tickmark_events SET wait_key = $1 WHERE id = $2")
+        .bind(&key)
+        .bind(order)
+        .execute(&mut *tx)
+        .await
+        .unwrap();
+
+    let accepting = {
+        let engine = engine.clone();
+        tokio::spawn(async move {
+            engine
+                .accept(NewEvent::with_id(
+                    "shop",
+                    "p-9",
+                    "order.paid",
+                    json!({"id": 9}),
+                ))
+                .await
+        })
+    };
+    crate::wait::until(
+        "the accept waits for the key's lock (or has finished)",
+        Duration::from_secs(30),
+        || async {
+            accepting.is_finished()
+                || db
+                    .probe
+                    .scalar(
+                        "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND NOT granted",
+                    )
+                    .await
+                    > 0
+        },
+    )
+    .await;
+    tx.commit().await.unwrap();
+    assert!(matches!(
+        accepting.await.unwrap().unwrap(),
+        Accepted::New { .. }
+    ));
+
+    let woken = db.store.event_get(order).await.unwrap().unwrap();
+    assert!(
+        woken.due_at <= chrono::Utc::now(),
+        "the accept woke the wait recorded while it waited for the key: due {}",
+        woken.due_at
+    );
+}
