@@ -59,6 +59,7 @@ on_both_backends!(
     a_browser_session_reads_pages_and_its_forms_are_csrf_safe,
     metrics_are_valid_prometheus_text_and_move_with_work,
     an_event_page_says_which_limit_holds_the_event_back,
+    a_waiting_step_shows_what_it_waits_for_on_the_page_and_in_metrics,
 );
 
 // ---------------------------------------------------------------------------
@@ -1602,5 +1603,50 @@ pub async fn an_event_page_says_which_limit_holds_the_event_back(db: TestDb) {
     assert!(
         superseded.contains(&format!("superseded by event {second}")),
         "{superseded}"
+    );
+}
+
+/// A waiting step is shown as `waiting`, with what it waits for and its
+/// deadline; `/metrics` counts it.
+pub async fn a_waiting_step_shows_what_it_waits_for_on_the_page_and_in_metrics(db: TestDb) {
+    let handlers = Handlers::new().on(
+        "shop",
+        "order.created",
+        Handler::new()
+            .wait(
+                "paid",
+                tickmark::wait::WaitFor::event("shop", "order.paid")
+                    .matching("/id")
+                    .timeout(std::time::Duration::from_secs(3 * 24 * 3600)),
+            )
+            .named_step("fulfill", Record::default())
+            .if_matched("paid"),
+    );
+    let engine = engine(&db, handlers);
+    let router = Dashboard::new(engine.clone()).token(TOKEN).router();
+    accept(
+        &engine,
+        "shop",
+        "evt_order",
+        "order.created",
+        serde_json::json!({ "id": 41 }),
+    )
+    .await;
+    run_all(&engine).await;
+    let order = seq_of(&db, "shop", "evt_order").await;
+
+    let shown = page(&get(&router, &format!("/events/{order}")).await);
+    assert!(shown.contains("s-waiting"), "{shown}");
+    assert!(
+        shown.contains("waiting for order.paid from shop whose /id is 41"),
+        "{shown}"
+    );
+    let ops = tickmark::ops::router(engine.clone(), None);
+    let metrics = text(&get(&ops, "/metrics").await);
+    assert!(
+        metrics
+            .lines()
+            .any(|line| line == "tickmark_events_waiting 1"),
+        "{metrics}"
     );
 }
