@@ -14,7 +14,7 @@ use tickmark::store::ClaimParams;
 use tickmark::{EventState, Handler, Handlers, NewEvent, Step, StepContext, StepError, StepResult};
 use tickmark_tests::conformance::admin::{age, broken_second, three_steps};
 use tickmark_tests::conformance::{engine, order_paid, quick_worker};
-use tickmark_tests::test_steps::WaitForCancel;
+use tickmark_tests::test_steps::{Record, WaitForCancel};
 use tickmark_tests::{wait, TestDb};
 use tokio_util::sync::CancellationToken;
 
@@ -722,6 +722,111 @@ async fn remote_text_reaches_the_terminal_inert(db: TestDb) {
     assert_eq!(json.json()["event"]["event"]["id"], hostile_id.as_str());
 }
 
+/// `events explain` says what a waiting step waits for and how to settle
+/// it; `steps feed` and `steps time-out` settle it (refused, exit 4, for a
+/// step that is not waiting), and the right branch runs.
+async fn a_wait_is_explained_then_fed_or_timed_out_by_hand(db: TestDb) {
+    let handlers = || {
+        Handlers::new()
+            .on(
+                "shop",
+                "order.created",
+                Handler::new()
+                    .wait(
+                        "paid",
+                        tickmark::wait::WaitFor::event("shop", "order.paid")
+                            .matching("/id")
+                            .timeout(Duration::from_secs(3 * 24 * 3600)),
+                    )
+                    .named_step("fulfill", Record::default())
+                    .if_matched("paid")
+                    .named_step("release", Record::default())
+                    .if_timed_out("paid"),
+            )
+            .on(
+                "shop",
+                "order.paid",
+                Handler::new().named_step("note", Record::default()),
+            )
+    };
+    let engine = engine(&db, handlers());
+    for (id, kind, order) in [
+        ("evt_fed", "order.created", 1),
+        ("evt_late", "order.created", 2),
+        ("evt_wire", "order.paid", 99),
+    ] {
+        engine
+            .accept(NewEvent::with_id(
+                "shop",
+                id,
+                kind,
+                serde_json::json!({ "id": order }),
+            ))
+            .await
+            .unwrap();
+    }
+    run_until_idle(&db, handlers()).await;
+    let fed = seq(&db, "evt_fed").await;
+    let late = seq(&db, "evt_late").await;
+
+    let why = tickmark(&db, &["events", "explain", &fed]).await.ok();
+    for needle in [
+        "Waiting, holding nothing",
+        "order.paid",
+        "/id is 1",
+        "tickmark steps feed",
+    ] {
+        assert!(why.stdout.contains(needle), "{needle}: {}", why.stdout);
+    }
+    let refused = tickmark(
+        &db,
+        &[
+            "steps", "feed", &fed, "fulfill", "--event", "evt_wire", "--reason", "x",
+        ],
+    )
+    .await;
+    assert_eq!(refused.code, 4, "{refused:?}");
+    assert!(refused.stderr.contains("is not waiting"), "{refused:?}");
+    tickmark(
+        &db,
+        &[
+            "steps",
+            "feed",
+            &fed,
+            "paid",
+            "--event",
+            "evt_wire",
+            "--reason",
+            "paid by wire, OPS-9",
+        ],
+    )
+    .await
+    .ok();
+    tickmark(
+        &db,
+        &[
+            "steps",
+            "time-out",
+            &late,
+            "paid",
+            "--reason",
+            "cancelled by phone",
+        ],
+    )
+    .await
+    .ok();
+    run_until_idle(&db, handlers()).await;
+
+    assert_eq!(db.probe.runs("evt_fed", "fulfill").await, 1);
+    assert_eq!(db.probe.runs("evt_fed", "release").await, 0);
+    assert_eq!(db.probe.runs("evt_late", "fulfill").await, 0);
+    assert_eq!(db.probe.runs("evt_late", "release").await, 1);
+    let show = tickmark(&db, &["events", "show", &fed]).await.ok();
+    for needle in ["feed", "paid by wire, OPS-9", "skipped"] {
+        assert!(show.stdout.contains(needle), "{needle}: {}", show.stdout);
+    }
+}
+
 macro_rules! cli_suite {
     ($backend:expr; $($case:ident),+ $(,)?) => {
         $(
@@ -746,6 +851,7 @@ macro_rules! cli_cases {
             exit_codes,
             plans_check_lists_plans_this_build_cannot_run,
             remote_text_reaches_the_terminal_inert,
+            a_wait_is_explained_then_fed_or_timed_out_by_hand,
         );
     };
 }
