@@ -104,6 +104,7 @@ macro_rules! conformance_suite {
             flow::racing_accepts_of_one_key_leave_one_event_waiting,
             waits::a_waiting_event_holds_nothing_until_a_match_wakes_it,
             waits::a_match_accepted_before_the_wait_is_found,
+            waits::a_match_older_than_the_lookback_is_not_found,
             waits::a_timeout_runs_the_timeout_branch,
             waits::a_timeout_without_a_timeout_branch_dead_letters,
             waits::a_match_racing_the_timeout_settles_one_outcome,

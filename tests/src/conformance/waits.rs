@@ -50,7 +50,8 @@ async fn accept(engine: &Engine, kind: &str, id: &str, order: u32) -> i64 {
         .await
         .unwrap()
     {
-        Accepted::New { seq } => seq,
+        // An event no handler runs is recorded (ignored), and may still match.
+        Accepted::New { seq } | Accepted::Ignored { seq } => seq,
         other => panic!("expected new, got {other:?}"),
     }
 }
@@ -156,6 +157,50 @@ pub async fn a_match_accepted_before_the_wait_is_found(db: TestDb) {
     assert_eq!(
         steps[1].output.as_ref().unwrap()["matched"]["event_seq"],
         payment
+    );
+}
+
+/// A lookback bounds how far back a match may have been accepted: a
+/// payment recorded two hours before an order whose wait looks back one
+/// hour is not its match; a later one is.
+pub async fn a_match_older_than_the_lookback_is_not_found(db: TestDb) {
+    let handlers = Handlers::new().on(
+        "shop",
+        "order.created",
+        Handler::new()
+            .wait(
+                "paid",
+                WaitFor::event("shop", "order.paid")
+                    .matching("/id")
+                    .timeout(PAY_TIMEOUT)
+                    .lookback(Duration::from_secs(3600)),
+            )
+            .named_step("fulfill", Record::default()),
+    );
+    let engine = engine(&db, handlers);
+    let old = accept(&engine, "order.paid", "p-old", 10).await;
+    let two_hours_back = match db.backend() {
+        tickmark::Backend::Postgres => "received_at - interval '2 hours'",
+        tickmark::Backend::Sqlite => "strftime('%Y-%m-%dT%H:%M:%fZ', received_at, '-2 hours')",
+    };
+    let moved = db
+        .probe
+        .execute(&format!(
+            "UPDATE tickmark_match_keys SET received_at = {two_hours_back} WHERE event_seq = {old}"
+        ))
+        .await;
+    assert_eq!(moved, 1, "the payment is recorded under one match key");
+    let order = accept(&engine, "order.created", "o-10", 10).await;
+    run_until_idle(&engine, "w1").await;
+    assert_eq!(step_states(&db, order).await[0], StepState::Waiting);
+
+    let fresh = accept(&engine, "order.paid", "p-new", 10).await;
+    run_until_idle(&engine, "w2").await;
+    let steps = db.store.step_status(order).await.unwrap();
+    assert_eq!(steps[1].state, StepState::Done);
+    assert_eq!(
+        steps[0].output.as_ref().unwrap()["matched"]["event_seq"],
+        fresh
     );
 }
 
