@@ -580,11 +580,6 @@ fn check_waits(source: &str, kind: &str, steps: &mut [HandlerStep]) -> Result<()
                 wait: branch.wait,
             });
         };
-        if matches!(steps[position].action, Action::Wait(_)) && branch.on == WaitOutcome::TimedOut {
-            return Err(misplaced(
-                "a wait cannot itself run only if another timed out",
-            ));
-        }
         if branch.on == WaitOutcome::TimedOut {
             if let Action::Wait(Wait::Event(wait)) = &mut steps[wait_at].action {
                 wait.on_timeout = OnTimeout::Continue;
@@ -724,6 +719,109 @@ mod tests {
             .compile()
             .unwrap();
         assert!(registry.find("github", "push").is_none());
+    }
+
+    fn paid_within(timeout: std::time::Duration) -> crate::wait::EventWait {
+        crate::wait::WaitFor::event("shop", "order.paid")
+            .matching("/id")
+            .timeout(timeout)
+    }
+
+    #[test]
+    fn a_wait_dead_letters_on_timeout_unless_a_step_runs_on_its_timeout() {
+        let hour = std::time::Duration::from_secs(3600);
+        let registry = Handlers::new()
+            .on(
+                "shop",
+                "order.created",
+                Handler::new()
+                    .wait("paid", paid_within(hour))
+                    .named_step("fulfill", Tick)
+                    .if_matched("paid")
+                    .named_step("release", Tick)
+                    .if_timed_out("paid"),
+            )
+            .on(
+                "shop",
+                "order.updated",
+                Handler::new()
+                    .wait("paid", paid_within(hour))
+                    .named_step("fulfill", Tick)
+                    .if_matched("paid"),
+            )
+            .compile()
+            .unwrap();
+        let plan = |kind: &str| -> serde_json::Value {
+            serde_json::from_str(&registry.find("shop", kind).unwrap().plan_json).unwrap()
+        };
+        let branched = plan("order.created");
+        assert_eq!(
+            branched["steps"][0]["wait"]["event"]["on_timeout"],
+            "continue"
+        );
+        assert_eq!(
+            branched["steps"][2]["only_if"],
+            serde_json::json!({"wait": "paid", "on": "timed_out"})
+        );
+        assert_eq!(
+            plan("order.updated")["steps"][0]["wait"]["event"]["on_timeout"],
+            "dead_letter"
+        );
+        let keys = registry.match_keys_of("shop", "order.paid", &serde_json::json!({"id": 7}));
+        assert_eq!(
+            keys,
+            ["shop\u{1f}order.paid\u{1f}/id\u{1f}7"],
+            "one key, however many waits read it"
+        );
+        assert!(registry
+            .match_keys_of("shop", "order.created", &serde_json::json!({"id": 7}))
+            .is_empty());
+    }
+
+    #[test]
+    fn waits_and_branches_that_cannot_work_are_refused() {
+        let hour = std::time::Duration::from_secs(3600);
+        let compile = |handler: Handler| {
+            Handlers::new()
+                .on("shop", "order.created", handler)
+                .compile()
+                .map(|_| ())
+                .unwrap_err()
+        };
+        let unknown = compile(
+            Handler::new()
+                .named_step("fulfill", Tick)
+                .if_matched("paid"),
+        );
+        assert!(
+            matches!(unknown, ConfigError::UnknownWait { .. }),
+            "{unknown}"
+        );
+        let later = compile(
+            Handler::new()
+                .named_step("fulfill", Tick)
+                .if_matched("paid")
+                .wait("paid", paid_within(hour)),
+        );
+        assert!(matches!(later, ConfigError::UnknownWait { .. }), "{later}");
+        let timer = compile(
+            Handler::new()
+                .sleep("paid", hour)
+                .named_step("fulfill", Tick)
+                .if_matched("paid"),
+        );
+        assert!(matches!(timer, ConfigError::UnknownWait { .. }), "{timer}");
+        let no_timeout = compile(Handler::new().wait(
+            "paid",
+            crate::wait::WaitFor::event("shop", "order.paid").matching("/id"),
+        ));
+        assert!(no_timeout.to_string().contains("timeout()"), "{no_timeout}");
+        let limited = compile(
+            Handler::new()
+                .wait("paid", paid_within(hour))
+                .rate_limited("api", "/shop"),
+        );
+        assert!(limited.to_string().contains("not to a wait"), "{limited}");
     }
 
     #[test]

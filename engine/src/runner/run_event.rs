@@ -175,12 +175,7 @@ impl<'a> EventRun<'a> {
 
         if let Some(branch) = &planned.only_if {
             if !branch.taken(self.outputs.get(&branch.wait)) {
-                let output = serde_json::json!({
-                    "not_taken": format!("runs only if `{}` {}", branch.wait, match branch.on {
-                        crate::wait::WaitOutcome::Matched => "matched",
-                        crate::wait::WaitOutcome::TimedOut => "timed out",
-                    })
-                });
+                let output = branch.not_taken_output();
                 if position + 1 == plan.len() {
                     slot.hand_on();
                 }

@@ -22,6 +22,16 @@ impl Branch {
     pub fn taken(&self, wait_output: Option<&serde_json::Value>) -> bool {
         wait_output.and_then(WaitOutcome::of) == Some(self.on)
     }
+
+    /// The output a step on this branch is recorded `skipped` with when the
+    /// branch is not taken.
+    pub fn not_taken_output(&self) -> serde_json::Value {
+        let on = match self.on {
+            WaitOutcome::Matched => "matched",
+            WaitOutcome::TimedOut => "timed out",
+        };
+        serde_json::json!({ "not_taken": format!("runs only if `{}` {on}", self.wait) })
+    }
 }
 
 #[cfg(test)]

@@ -54,11 +54,6 @@ impl WaitOutput {
         json!({"timed_out": true, "deadline": deadline.to_rfc3339()})
     }
 
-    /// An operator timed the wait out by hand.
-    pub fn timed_out_by(by: &str) -> Value {
-        json!({"timed_out": true, "timed_out_by": by})
-    }
-
     /// A timer's time came.
     pub fn slept(until: DateTime<Utc>) -> Value {
         json!({"slept_until": until.to_rfc3339()})
@@ -82,10 +77,6 @@ mod tests {
         );
         assert_eq!(
             WaitOutcome::of(&WaitOutput::timed_out(now)),
-            Some(WaitOutcome::TimedOut)
-        );
-        assert_eq!(
-            WaitOutcome::of(&WaitOutput::timed_out_by("ops")),
             Some(WaitOutcome::TimedOut)
         );
         assert_eq!(WaitOutcome::of(&WaitOutput::slept(now)), None);
