@@ -513,7 +513,7 @@ mod tests {
     fn a_waiting_event_says_what_it_waits_for_and_how_to_settle_it() {
         let mut r = record(EventState::Pending, 1, 0);
         r.due_at = now() + chrono::Duration::days(3);
-        r.last_error = Some("waiting for orders/paid from shopify whose /id is 7, for up to 4320.0 min; then the if_timed_out steps run".into());
+        r.last_error = Some("waiting for orders/paid from shopify whose /id is 7, for up to 3.0 days; then the if_timed_out steps run".into());
         let text = say(&r, &steps(StepState::Waiting), &[]);
         assert!(text.starts_with("Waiting, holding nothing"), "{text}");
         assert!(text.contains("whose /id is 7"), "{text}");

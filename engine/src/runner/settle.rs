@@ -349,14 +349,34 @@ impl<'a> Settle<'a> {
     }
 }
 
-/// Round a delay for people: `250 ms`, `12.5 s`, `3.2 min`.
+/// Round a delay for people: `250 ms`, `12.5 s`, `3.2 min`, `5.0 h`,
+/// `3.0 days`.
 pub(crate) fn human(delay: Duration) -> String {
     let secs = delay.as_secs_f64();
     if secs < 1.0 {
         format!("{} ms", delay.as_millis())
     } else if secs < 120.0 {
         format!("{secs:.1} s")
-    } else {
+    } else if secs < 2.0 * 3600.0 {
         format!("{:.1} min", secs / 60.0)
+    } else if secs < 2.0 * 86_400.0 {
+        format!("{:.1} h", secs / 3600.0)
+    } else {
+        format!("{:.1} days", secs / 86_400.0)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn delays_are_rounded_to_a_unit_people_read() {
+        let said = |secs: u64| human(Duration::from_secs(secs));
+        assert_eq!(human(Duration::from_millis(250)), "250 ms");
+        assert_eq!(said(12), "12.0 s");
+        assert_eq!(said(192), "3.2 min");
+        assert_eq!(said(5 * 3600), "5.0 h");
+        assert_eq!(said(259_200), "3.0 days");
     }
 }

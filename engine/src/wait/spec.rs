@@ -62,8 +62,9 @@ pub struct EventWait {
     /// How long to wait from the moment the wait starts.
     #[serde(rename = "timeout_ms", with = "millis")]
     pub timeout: Duration,
-    /// How long before the wait started a matching event may have been
-    /// accepted and still count (`None`: the engine's dedup window).
+    /// How long before the waiting event was accepted a matching event may
+    /// have been accepted and still count (`None`: any still in the inbox,
+    /// that is within the dedup window `tickmark prune` keeps).
     #[serde(
         rename = "lookback_ms",
         default,
@@ -103,9 +104,11 @@ impl EventWait {
         Self { timeout, ..self }
     }
 
-    /// Count matching events accepted up to `lookback` before the wait
-    /// started (default: the engine's dedup window). This is how an
-    /// `orders/paid` that arrived before its `orders/create` is found.
+    /// Count matching events accepted up to `lookback` before this event
+    /// was (default: any still in the inbox, that is within the dedup
+    /// window `tickmark prune` keeps). This is how an `orders/paid` that
+    /// arrived before its `orders/create` is found; events accepted after
+    /// this one always count.
     pub fn lookback(self, lookback: Duration) -> Self {
         Self {
             lookback: Some(lookback),

@@ -1,16 +1,21 @@
 //! `shopsync`: Shopify product updates pushed to the Admin API within its
-//! limits, fleet-wide: a webhook receiver and a worker in one process.
+//! limits, fleet-wide, and orders fulfilled once paid: a webhook receiver and
+//! a worker in one process.
 //!
 //! ```text
 //! SHOPIFY_WEBHOOK_SECRET=shpss_test cargo run -p tickmark-examples --bin shopsync -- \
 //!     [--database-url URL] [--listen ADDR] [--admin-api-url URL] [--rate PER_SEC] \
-//!     [--burst N] [--debounce-ms MS] [--per-shop-concurrency N]
+//!     [--burst N] [--debounce-ms MS] [--per-shop-concurrency N] [--pay-timeout-secs SECS] \
+//!     [--lease-secs SECS]
 //! ```
 //!
 //! `products/update` is debounced per product, then `push_product` POSTs the
 //! product's newest version to `<admin-api-url>/shops/<shop>/products/<id>`
 //! with an `Idempotency-Key`, taking a token from the shop's bucket first and
-//! running at most N of one shop at once; every other topic runs `record`.
+//! running at most N of one shop at once. `orders/create` reserves the
+//! order's stock, waits (holding nothing) up to `--pay-timeout-secs` for the
+//! order's `orders/paid`, then fulfils the order or releases its stock.
+//! Every other topic runs `record`.
 //! Several processes on one PostgreSQL database share every limit.
 //! `--help` says it all; `docs/shopsync.md` walks through it with curl and
 //! openssl.
@@ -22,16 +27,18 @@ use std::time::Duration;
 use clap::Parser;
 use tickmark::{Engine, Receiver, WorkerConfig};
 use tickmark_examples::secrets::secrets;
-use tickmark_examples::shopsync::{self, AdminApi, AdminApiUrl, FlowSettings, ShopifyWithShop};
+use tickmark_examples::shopsync::{
+    self, AdminApi, AdminApiUrl, FlowSettings, OrderSettings, ShopifyWithShop,
+};
 use tickmark_examples::shutdown::shutdown_signal;
 use tokio_util::sync::CancellationToken;
 
-const ABOUT: &str = "Push Shopify product updates to the Admin API within its limits, fleet-wide: \
-a receiver and a worker in one process.";
+const ABOUT: &str = "Push Shopify product updates to the Admin API within its limits, fleet-wide, \
+and fulfil orders once paid: a receiver and a worker in one process.";
 
 const LONG_ABOUT: &str = "\
-Push Shopify product updates to the Admin API within its limits, fleet-wide: a receiver and
-a worker in one process.
+Push Shopify product updates to the Admin API within its limits, fleet-wide, and fulfil
+orders once paid: a receiver and a worker in one process.
 
 Routes: POST /hooks/shopify (Shopify webhooks) and GET /healthz. Every delivery is verified
 on its raw bytes (X-Shopify-Hmac-Sha256), recorded once (a redelivery answers 200
@@ -49,12 +56,25 @@ products/update (the product is the body's `id`):
                   A 429 waits its Retry-After without spending an attempt; 408, 5xx and
                   other answers are retried; any other 4xx dead-letters the event.
                   An update older than the one last pushed is skipped as stale.
-Every other topic runs one step, `record`, which adds (source, event id, topic, shop) to
-the `shopsync_received` table.
+
+orders/create (the order is the body's `id`):
+  reserve_stock   POSTs {\"order_id\"} to <admin-api-url>/shops/<shop>/orders/<id>/reserve
+  paid            waits, holding no worker slot, for an orders/paid of the same shop and
+                  order id, up to --pay-timeout-secs; one that arrived before the
+                  orders/create counts too
+  fulfill         if paid: POSTs {\"order_id\",\"paid_event_id\"} to .../orders/<id>/fulfill
+  release_stock   if not paid in time: POSTs {\"order_id\",\"pay_deadline\"} to
+                  .../orders/<id>/release
+  Each call carries its step's Idempotency-Key and takes a token from the shop's bucket;
+  answers are handled as for push_product. Exactly one of fulfill and release_stock runs.
+
+Every other topic (orders/paid included) runs one step, `record`, which adds (source,
+event id, topic, shop) to the `shopsync_received` table.
 
 Several `shopsync` processes on one PostgreSQL database share the work and every limit:
-the buckets, the per-shop slots and the debounce live in the database. Give them all the
-same --rate, --burst, --debounce-ms and --per-shop-concurrency.";
+the buckets, the per-shop slots, the debounce and the waiting orders live in the database.
+Give them all the same --rate, --burst, --debounce-ms, --per-shop-concurrency and
+--pay-timeout-secs.";
 
 const AFTER_HELP: &str = "\
 Environment:
@@ -90,8 +110,9 @@ struct Args {
     listen: SocketAddr,
 
     /// The Admin API's base URL (http:// only): `push_product` POSTs to
-    /// `<URL>/shops/<shop>/products/<id>`. Without it, pushes fail and are
-    /// retried (a process that has it can run them).
+    /// `<URL>/shops/<shop>/products/<id>`, the order calls to
+    /// `<URL>/shops/<shop>/orders/<id>/{reserve,fulfill,release}`. Without
+    /// it, calls fail and are retried (a process that has it can run them).
     #[arg(long, value_name = "URL")]
     admin_api_url: Option<AdminApiUrl>,
 
@@ -119,6 +140,27 @@ struct Args {
     #[arg(long, value_name = "N", default_value_t = FlowSettings::default().per_shop_concurrency,
           value_parser = clap::value_parser!(u32).range(1..))]
     per_shop_concurrency: u32,
+
+    /// How long an order may stay unpaid, in seconds, counted from when its
+    /// stock was reserved: an orders/paid of the same shop and order accepted
+    /// by then fulfils it (one accepted before the orders/create counts
+    /// too); otherwise its stock is released. Waiting orders hold no worker
+    /// slot. Kept with each order when its orders/create is accepted, so a
+    /// change applies to new orders only. The default is 3 days.
+    #[arg(long, value_name = "SECS",
+          default_value_t = OrderSettings::DEFAULT_PAY_TIMEOUT.as_secs(),
+          value_parser = clap::value_parser!(u64).range(1..=31_536_000))]
+    pay_timeout_secs: u64,
+
+    /// The lease on a running step, in seconds (renewed every third of it
+    /// while the process lives). A process that dies mid-step leaves its
+    /// steps to the others after at most this long; they re-run with the
+    /// same Idempotency-Key. Shorter takes over sooner, but a process stalled
+    /// longer than this (overload, a long pause) loses its steps while still
+    /// running them.
+    #[arg(long, value_name = "SECS", default_value_t = WorkerConfig::default().lease.as_secs(),
+          value_parser = clap::value_parser!(u64).range(1..=3600))]
+    lease_secs: u64,
 }
 
 impl Args {
@@ -129,6 +171,16 @@ impl Args {
             debounce: Duration::from_millis(self.debounce_ms),
             per_shop_concurrency: self.per_shop_concurrency,
         }
+    }
+
+    fn orders(&self) -> OrderSettings {
+        OrderSettings {
+            pay_timeout: Duration::from_secs(self.pay_timeout_secs),
+        }
+    }
+
+    fn worker(&self) -> WorkerConfig {
+        WorkerConfig::default().with_lease(Duration::from_secs(self.lease_secs))
     }
 }
 
@@ -168,7 +220,7 @@ async fn run(args: Args) -> Result<(), String> {
             tickmark::redact_url(&args.database_url)
         )
     })?;
-    let engine = Engine::new(store, shopsync::handlers(&flow))
+    let engine = Engine::new(store, shopsync::handlers(&flow, &args.orders()))
         .map_err(|e| format!("invalid handlers: {e}"))?
         .with_resource(AdminApi::new(args.admin_api_url.clone()));
     shopsync::create_tables(&engine).await.map_err(|e| {
@@ -197,6 +249,8 @@ async fn run(args: Args) -> Result<(), String> {
         burst = flow.burst,
         debounce_ms = args.debounce_ms,
         per_shop_concurrency = flow.per_shop_concurrency,
+        pay_timeout_secs = args.pay_timeout_secs,
+        lease_secs = args.lease_secs,
         "shopsync ready: POST /hooks/shopify"
     );
     // One plain line on stdout, for scripts and tests that start the app.
@@ -205,7 +259,7 @@ async fn run(args: Args) -> Result<(), String> {
     let stop_http = CancellationToken::new();
     let stop_worker = CancellationToken::new();
     let worker = engine
-        .worker(WorkerConfig::default())
+        .worker(args.worker())
         .map_err(|e| format!("invalid worker settings: {e}"))?;
     let worker = tokio::spawn(worker.run(stop_worker.clone()));
     tokio::spawn({
@@ -248,6 +302,9 @@ mod tests {
         assert_eq!(args.admin_api_url, None);
         assert_eq!(args.flow(), FlowSettings::default());
         assert_eq!(args.debounce_ms, 2000);
+        assert_eq!(args.orders(), OrderSettings::default());
+        assert_eq!(args.pay_timeout_secs, 259_200);
+        assert_eq!(args.worker().lease, WorkerConfig::default().lease);
     }
 
     #[test]
@@ -257,6 +314,8 @@ mod tests {
             "--burst",
             "--debounce-ms",
             "--per-shop-concurrency",
+            "--pay-timeout-secs",
+            "--lease-secs",
         ] {
             assert!(
                 Args::try_parse_from(["shopsync", flag, "0"]).is_err(),

@@ -1,16 +1,26 @@
 //! The app's handlers: `products/update` pushes the product, debounced per
-//! product, rate-limited and concurrency-limited per shop; every other topic
-//! is recorded.
+//! product, rate-limited and concurrency-limited per shop; `orders/create`
+//! reserves the order's stock, waits for its `orders/paid`, then fulfils it
+//! or releases the stock; every other topic (`orders/paid` included) is
+//! recorded.
 
 use std::time::Duration;
 
 use tickmark::flow::RateLimit;
+use tickmark::wait::WaitFor;
 use tickmark::{Handler, Handlers, ANY};
 
-use super::{FlowSettings, PushProduct, Record, PRODUCTS_UPDATE, RATE_LIMIT, SOURCE};
+use super::order::ORDER_ID_POINTER;
+use super::{
+    FlowSettings, OrderCall, OrderSettings, PushProduct, Record, ORDERS_CREATE, ORDERS_PAID,
+    PAID_WAIT, PRODUCTS_UPDATE, RATE_LIMIT, SOURCE,
+};
 
-/// The handlers, with `flow`'s limits. The keys are JSON pointers into the
-/// payload that [`ShopifyWithShop`](super::ShopifyWithShop) lays out:
+/// The handlers, with `flow`'s limits and `orders`' timeout. The keys are
+/// JSON pointers into the payload that
+/// [`ShopifyWithShop`](super::ShopifyWithShop) lays out.
+///
+/// `products/update`:
 ///
 /// - `rate_limited(RATE_LIMIT, "/shop")`: one token bucket per shop
 ///   (`flow.rate_per_sec` per second, `flow.burst` when full), taken before
@@ -24,7 +34,28 @@ use super::{FlowSettings, PushProduct, Record, PRODUCTS_UPDATE, RATE_LIMIT, SOUR
 ///   events run one at a time, and an update older than the one last pushed
 ///   is recorded as stale, not pushed; with it, the debounce keeps the update
 ///   with the newest `updated_at`, whatever order they arrived in.
-pub fn handlers(flow: &FlowSettings) -> Handlers {
+///
+/// `orders/create`, four steps:
+///
+/// - `reserve_stock`: POST `…/orders/<id>/reserve`;
+/// - `paid` (a durable wait, holding no lease and no worker slot): for an
+///   `orders/paid` of the same shop and order id (`/shop` and `/body/id` in
+///   both payloads), up to `orders.pay_timeout` from when the wait began.
+///   One accepted before the `orders/create` counts too;
+/// - `fulfill`, only if `paid` matched: POST `…/orders/<id>/fulfill`;
+/// - `release_stock`, only if `paid` timed out: POST `…/orders/<id>/release`.
+///
+/// Each call takes a token from the shop's bucket, like `push_product`: the
+/// Admin API's limit is per shop, whatever the call. (The per-shop
+/// concurrency limit is `products/update`'s alone.)
+///
+/// Every other topic runs `record`, `orders/paid` included. What makes an
+/// `orders/paid` findable by the wait is not its handler but the wait
+/// itself: at accept, the engine records an event's match keys for every
+/// (source, kind) some registered handler waits for — so every process that
+/// accepts deliveries must run a build with this handler (see
+/// docs/shopsync.md on deploying it).
+pub fn handlers(flow: &FlowSettings, orders: &OrderSettings) -> Handlers {
     Handlers::new()
         .rate_limit(
             RateLimit::new(RATE_LIMIT, flow.rate_per_sec, Duration::from_secs(1)).burst(flow.burst),
@@ -39,6 +70,25 @@ pub fn handlers(flow: &FlowSettings) -> Handlers {
                 .debounce_per(["/shop", "/product/id"], flow.debounce, flow.max_wait())
                 .skip_stale("/product_key", "/product/updated_at"),
         )
+        .on(
+            SOURCE,
+            ORDERS_CREATE,
+            Handler::new()
+                .named_step("reserve_stock", OrderCall::reserve())
+                .rate_limited(RATE_LIMIT, "/shop")
+                .wait(
+                    PAID_WAIT,
+                    WaitFor::event(SOURCE, ORDERS_PAID)
+                        .matching(["/shop", ORDER_ID_POINTER])
+                        .timeout(orders.pay_timeout),
+                )
+                .named_step("fulfill", OrderCall::fulfill())
+                .if_matched(PAID_WAIT)
+                .rate_limited(RATE_LIMIT, "/shop")
+                .named_step("release_stock", OrderCall::release())
+                .if_timed_out(PAID_WAIT)
+                .rate_limited(RATE_LIMIT, "/shop"),
+        )
         .on(SOURCE, ANY, Handler::new().named_step("record", Record))
 }
 
@@ -51,6 +101,10 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let url = format!("sqlite://{}", dir.path().join("h.db").display());
         let store = tickmark::connect(&url).await.unwrap();
-        tickmark::Engine::new(store, handlers(&FlowSettings::default())).unwrap();
+        tickmark::Engine::new(
+            store,
+            handlers(&FlowSettings::default(), &OrderSettings::default()),
+        )
+        .unwrap();
     }
 }

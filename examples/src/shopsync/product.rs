@@ -5,10 +5,8 @@
 use serde_json::{json, Value};
 use tickmark::StepError;
 
+use super::path_id::{path_id, PATH_ID_RULE};
 use super::provider::is_shop_domain;
-
-/// Longest product id accepted in a URL path, in bytes.
-const MAX_ID_BYTES: usize = 64;
 
 /// One product update, ready to push.
 #[derive(Debug, Clone, PartialEq)]
@@ -37,16 +35,11 @@ impl ProductUpdate {
                 )
             })?;
         let product = &payload["product"];
-        let id = match &product["id"] {
-            Value::Number(number) if number.is_u64() => number.to_string(),
-            Value::String(text) if is_path_safe(text) => text.clone(),
-            _ => {
-                return Err(StepError::terminal(
-                    "the product has no usable `id`: expected a positive integer (or up to 64 \
-                     letters, digits, `_` and `-`) at product.id",
-                ))
-            }
-        };
+        let id = path_id(&product["id"]).ok_or_else(|| {
+            StepError::terminal(format!(
+                "the product has no usable `id`: expected {PATH_ID_RULE} at product.id"
+            ))
+        })?;
         Ok(Self {
             shop: shop.to_owned(),
             id,
@@ -62,16 +55,6 @@ impl ProductUpdate {
     pub fn updated_at(&self) -> &Value {
         &self.body["updated_at"]
     }
-}
-
-/// 1 to [`MAX_ID_BYTES`] ASCII letters, digits, `_` and `-`: safe as one
-/// segment of a URL path.
-fn is_path_safe(text: &str) -> bool {
-    !text.is_empty()
-        && text.len() <= MAX_ID_BYTES
-        && text
-            .bytes()
-            .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
 }
 
 #[cfg(test)]

@@ -4,14 +4,21 @@
 //! Shopify names the shop in the `X-Shopify-Shop-Domain` header, not in the
 //! signed body, and the app's limits are per shop: they are keyed by JSON
 //! pointers into the payload. So once the built-in [`Shopify`] provider has
-//! verified a delivery, its payload is rewritten to
+//! verified a delivery, its payload is rewritten, for the topics of
+//! products (`products/update`, `products/create`, …), to
 //!
 //! ```json
 //! {"shop": "<shop>.myshopify.com", "product_key": "<shop>.myshopify.com/<id>", "product": <the body>}
 //! ```
 //!
-//! for every topic (`product_key` only when the body has an `id`; for topics
-//! other than `products/update`, `product` is simply the body).
+//! (`product_key` only when the body has an `id`), and for every other topic
+//! (`orders/create`, `orders/paid`, …) to
+//!
+//! ```json
+//! {"shop": "<shop>.myshopify.com", "body": <the body>}
+//! ```
+//!
+//! so that an order's id is `/body/id`, never under a field named `product`.
 //!
 //! The header is not signed, but it cannot be used to move a captured
 //! delivery to another shop: the same signed body under the same topic is a
@@ -82,7 +89,7 @@ impl Provider for ShopifyWithShop {
             Verdict::Event(mut event) => {
                 let shop = shop_domain(delivery.headers).map_err(ShopDomainError::rejection)?;
                 let body = std::mem::take(&mut event.payload);
-                event.payload = with_shop(&shop, body);
+                event.payload = with_shop(&shop, &event.kind, body);
                 Ok(Verdict::Event(event))
             }
             // Shopify has no handshake today; one would pass through as is.
@@ -185,14 +192,22 @@ pub fn product_key(shop: &str, body: &Value) -> Option<String> {
     Some(format!("{shop}/{id}"))
 }
 
-/// The payload the handlers read: the shop, the product key (when the body
-/// has an id) and the body.
-fn with_shop(shop: &str, body: Value) -> Value {
+/// The prefix of the topics about products: their body is a product.
+pub const PRODUCT_TOPICS: &str = "products/";
+
+/// The payload the handlers read: the shop and the body; for a topic of
+/// products, the body is `product`, with the product key (when the body has
+/// an id); for any other topic, it is `body`.
+fn with_shop(shop: &str, topic: &str, body: Value) -> Value {
     let mut payload = json!({ "shop": shop });
-    if let Some(key) = product_key(shop, &body) {
-        payload["product_key"] = Value::String(key);
+    if topic.starts_with(PRODUCT_TOPICS) {
+        if let Some(key) = product_key(shop, &body) {
+            payload["product_key"] = Value::String(key);
+        }
+        payload["product"] = body;
+    } else {
+        payload["body"] = body;
     }
-    payload["product"] = body;
     payload
 }
 
@@ -215,10 +230,14 @@ mod tests {
     }
 
     fn headers(signature: &str, shops: &[&[u8]]) -> HeaderMap {
+        headers_of("products/update", signature, shops)
+    }
+
+    fn headers_of(topic: &str, signature: &str, shops: &[&[u8]]) -> HeaderMap {
         let mut headers = HeaderMap::new();
         headers.insert("x-shopify-hmac-sha256", signature.parse().unwrap());
         headers.insert("x-shopify-webhook-id", "wh-1".parse().unwrap());
-        headers.insert("x-shopify-topic", "products/update".parse().unwrap());
+        headers.insert("x-shopify-topic", topic.parse().unwrap());
         for shop in shops {
             headers.append(&SHOP_DOMAIN_HEADER, HeaderValue::from_bytes(shop).unwrap());
         }
@@ -262,6 +281,30 @@ mod tests {
             Some("s/gid-7")
         );
         assert_eq!(product_key("s", &json!({"id": ""})), None);
+    }
+
+    #[test]
+    fn other_topics_keep_their_body_under_body() {
+        let body = r#"{"id":450789469,"total_price":"11.00"}"#;
+        for topic in ["orders/create", "orders/paid", "customers/create"] {
+            let signed = headers_of(topic, &signature(SECRET, body), &[b"A.myshopify.com"]);
+            let payload = payload(verify(&signed, body));
+            assert_eq!(
+                payload,
+                json!({"shop": "a.myshopify.com", "body": {"id": 450789469, "total_price": "11.00"}}),
+                "{topic}"
+            );
+        }
+        // Every topic of products keeps the product's layout.
+        let signed = headers_of(
+            "products/delete",
+            &signature(SECRET, body),
+            &[b"a.myshopify.com"],
+        );
+        let payload = payload(verify(&signed, body));
+        assert_eq!(payload["product_key"], "a.myshopify.com/450789469");
+        assert_eq!(payload["product"]["id"], 450789469);
+        assert!(payload.get("body").is_none(), "{payload}");
     }
 
     #[test]

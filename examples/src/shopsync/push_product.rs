@@ -4,87 +4,16 @@
 //!
 //! The handler runs it after the product's burst of updates has been
 //! debounced, takes a token from the shop's bucket before each run, and runs
-//! at most N of one shop at once (`handlers.rs`). A 429 from the API anyway
-//! (its limit is shared with the shop's other apps) snoozes the step for the
-//! answer's `Retry-After`: no attempt is spent.
+//! at most N of one shop at once (`handlers.rs`). How each answer becomes an
+//! outcome (a 429 snoozes for its `Retry-After` without spending an attempt)
+//! is [`AdminApi`]'s, shared with the order calls (`admin_api.rs`).
 
-use std::fmt;
-use std::time::{Duration, SystemTime};
-
-use axum::body::{Body, Bytes};
-use axum::http::{header, HeaderMap, Request, StatusCode};
-use http_body_util::{BodyExt, Limited};
-use hyper_util::client::legacy::connect::HttpConnector;
-use hyper_util::client::legacy::Client;
-use hyper_util::rt::TokioExecutor;
 use serde::{Deserialize, Serialize};
 use serde_json::json;
-use tickmark::{Step, StepContext, StepError, StepResult};
-use tickmark_steps::http_client::parse_retry_after;
+use tickmark::{Step, StepContext, StepResult};
 
+use super::admin_api::{AdminApi, ApiCall};
 use super::product::ProductUpdate;
-use super::AdminApiUrl;
-
-/// How long one call may take, answer included, before it counts as a
-/// (retryable) timeout.
-pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(10);
-
-/// How long a 429 without a readable `Retry-After` snoozes the step.
-const SNOOZE_WITHOUT_RETRY_AFTER: Duration = Duration::from_secs(2);
-
-/// The shortest snooze after a 429 (`Retry-After: 0` included): the API
-/// asked to slow down.
-const MIN_SNOOZE: Duration = Duration::from_secs(1);
-
-/// The longest snooze honoured; a longer `Retry-After` is cut to this.
-const MAX_SNOOZE: Duration = Duration::from_secs(3600);
-
-/// How much of an answer's body is read (the rest is dropped with the
-/// connection); its first 200 characters go into an error message.
-const MAX_ANSWER_BYTES: usize = 64 * 1024;
-
-/// The Admin API as this process reaches it: its base URL (if given) and one
-/// pooled HTTP client. Registered once with
-/// [`Engine::with_resource`](tickmark::Engine::with_resource): it belongs to
-/// the process, not to an event, so it is in no plan.
-#[derive(Clone)]
-pub struct AdminApi {
-    url: Option<AdminApiUrl>,
-    timeout: Duration,
-    client: Client<HttpConnector, Body>,
-}
-
-impl AdminApi {
-    /// The API at `url` (`None`: this process cannot push; its pushes fail,
-    /// retryably, saying so), with a [`DEFAULT_TIMEOUT`] per call.
-    pub fn new(url: Option<AdminApiUrl>) -> Self {
-        Self {
-            url,
-            timeout: DEFAULT_TIMEOUT,
-            client: Client::builder(TokioExecutor::new()).build_http(),
-        }
-    }
-
-    /// Give each call at most `timeout`.
-    pub fn timeout(mut self, timeout: Duration) -> Self {
-        self.timeout = timeout;
-        self
-    }
-
-    /// The base URL, if this process has one.
-    pub fn url(&self) -> Option<&AdminApiUrl> {
-        self.url.as_ref()
-    }
-}
-
-impl fmt::Debug for AdminApi {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("AdminApi")
-            .field("url", &self.url)
-            .field("timeout", &self.timeout)
-            .finish_non_exhaustive()
-    }
-}
 
 /// Posts `{"id", "title", "updated_at"}` of the product in the event to
 /// `<admin-api-url>/shops/<shop>/products/<id>`. Output:
@@ -104,177 +33,21 @@ pub struct PushProduct;
 impl Step for PushProduct {
     async fn run(&self, ctx: &mut StepContext<'_>) -> StepResult {
         let api = ctx.resource::<AdminApi>()?;
-        let Some(base) = &api.url else {
-            return Err(StepError::retryable(
-                "this shopsync process has no --admin-api-url: restart it with \
-                 --admin-api-url URL (the event is retried on its schedule, and any \
-                 process that has one can run it)",
-            ));
-        };
+        let base = api.base()?;
         let update = ProductUpdate::from_payload(&ctx.event().payload)?;
         let url = base.product_url(&update.shop, &update.id);
-        let request = Request::post(&url)
-            .header(header::CONTENT_TYPE, "application/json")
-            .header("idempotency-key", ctx.idempotency_key())
-            .body(Body::from(update.body.to_string()))
-            .map_err(|error| {
-                StepError::terminal(format!("cannot build a request to {url}: {error}"))
-            })?;
-
-        let call = async {
-            let response = api.client.request(request).await?;
-            let (parts, body) = response.into_parts();
-            // Read (a bounded part of) the answer so the connection can be reused.
-            let body = Limited::new(body, MAX_ANSWER_BYTES)
-                .collect()
-                .await
-                .map(|collected| collected.to_bytes())
-                .unwrap_or_else(|_| Bytes::new());
-            Ok::<_, hyper_util::client::legacy::Error>((parts.status, parts.headers, body))
+        let call = ApiCall {
+            url: &url,
+            idempotency_key: ctx.idempotency_key(),
+            body: &update.body,
+            shop: &update.shop,
+            doing: "pushing the product",
         };
-        let (status, headers, body) = tokio::select! {
-            answered = tokio::time::timeout(api.timeout, call) => match answered {
-                Ok(Ok(answer)) => answer,
-                Ok(Err(error)) => {
-                    return Err(StepError::retryable(format!(
-                        "the Admin API is unreachable at {url}: {error}; check --admin-api-url"
-                    )))
-                }
-                Err(_) => {
-                    return Err(StepError::retryable(format!(
-                        "the Admin API at {url} did not answer within {:?}",
-                        api.timeout
-                    )))
-                }
-            },
-            _ = ctx.cancellation().cancelled() => {
-                return Err(StepError::retryable("cancelled while pushing the product"));
-            }
-        };
-        let excerpt: String = String::from_utf8_lossy(&body).chars().take(200).collect();
-        classify(status, &headers, &excerpt, &update.shop)?;
+        let status = api.post(&call, ctx.cancellation()).await?;
         Ok(json!({
             "pushed": true,
             "status": status.as_u16(),
             "updated_at": update.updated_at(),
         }))
-    }
-}
-
-/// The step's outcome for an answer: see [`PushProduct`]'s table.
-fn classify(
-    status: StatusCode,
-    headers: &HeaderMap,
-    excerpt: &str,
-    shop: &str,
-) -> Result<(), StepError> {
-    if status.is_success() {
-        return Ok(());
-    }
-    let retry_after = headers
-        .get(header::RETRY_AFTER)
-        .and_then(|value| value.to_str().ok())
-        .and_then(|value| retry_after(value, SystemTime::now()));
-    if status == StatusCode::TOO_MANY_REQUESTS {
-        let delay = retry_after
-            .unwrap_or(SNOOZE_WITHOUT_RETRY_AFTER)
-            .clamp(MIN_SNOOZE, MAX_SNOOZE);
-        return Err(StepError::snooze(
-            delay,
-            format!(
-                "the Admin API answered 429 for {shop}: its limit is used up (shared with the \
-                 shop's other apps); trying again in {delay:?}, without spending an attempt"
-            ),
-        ));
-    }
-    let message = format!("the Admin API answered {status}: {excerpt}");
-    if status.is_client_error() && status != StatusCode::REQUEST_TIMEOUT {
-        return Err(StepError::terminal(format!(
-            "{message} (a refusal no retry will change: fix the product or the API, then \
-             `tickmark events retry`)"
-        )));
-    }
-    Err(match retry_after {
-        Some(delay) => StepError::retryable_after(delay.min(MAX_SNOOZE), message),
-        None => StepError::retryable(message),
-    })
-}
-
-/// A `Retry-After` value: seconds, with a fraction too (Shopify sends
-/// `2.0`), or an HTTP date.
-fn retry_after(value: &str, now: SystemTime) -> Option<Duration> {
-    let seconds = value.trim().parse::<f64>().ok();
-    match seconds {
-        Some(seconds) if seconds.is_finite() && seconds >= 0.0 => Some(Duration::from_secs_f64(
-            seconds.min(MAX_SNOOZE.as_secs_f64()),
-        )),
-        Some(_) => None,
-        None => parse_retry_after(value, now),
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use axum::http::HeaderValue;
-    use tickmark::FailureKind;
-
-    use super::*;
-
-    fn outcome(status: u16, retry_after: Option<&str>) -> Result<(), StepError> {
-        let mut headers = HeaderMap::new();
-        if let Some(value) = retry_after {
-            headers.insert(header::RETRY_AFTER, HeaderValue::from_str(value).unwrap());
-        }
-        classify(
-            StatusCode::from_u16(status).unwrap(),
-            &headers,
-            "",
-            "a.myshopify.com",
-        )
-    }
-
-    #[test]
-    fn answers_are_classified() {
-        assert!(outcome(200, None).is_ok());
-        assert!(outcome(201, None).is_ok());
-        for retried in [500, 502, 503, 408, 301, 304] {
-            let error = outcome(retried, None).unwrap_err();
-            assert_eq!(error.kind(), FailureKind::Retryable, "{retried}");
-        }
-        for refused in [400, 401, 403, 404, 409, 422] {
-            assert!(
-                outcome(refused, None).unwrap_err().is_terminal(),
-                "{refused}"
-            );
-        }
-        let after = outcome(503, Some("7")).unwrap_err();
-        assert_eq!(after.retry_after(), Some(Duration::from_secs(7)));
-    }
-
-    #[test]
-    fn a_429_snoozes_for_its_retry_after() {
-        let snooze = |value| match outcome(429, value).unwrap_err().kind() {
-            FailureKind::Snooze { delay } => delay,
-            other => panic!("not a snooze: {other:?}"),
-        };
-        assert_eq!(snooze(Some("1")), Duration::from_secs(1));
-        assert_eq!(snooze(Some("2.0")), Duration::from_secs(2));
-        assert_eq!(snooze(Some("0")), MIN_SNOOZE);
-        assert_eq!(snooze(Some("999999")), MAX_SNOOZE);
-        assert_eq!(snooze(Some("soon")), SNOOZE_WITHOUT_RETRY_AFTER);
-        assert_eq!(snooze(None), SNOOZE_WITHOUT_RETRY_AFTER);
-    }
-
-    #[test]
-    fn retry_after_reads_seconds_and_dates() {
-        let now = SystemTime::UNIX_EPOCH + Duration::from_secs(1_445_412_480); // 07:28:00 GMT
-        assert_eq!(retry_after(" 1.5 ", now), Some(Duration::from_millis(1500)));
-        assert_eq!(
-            retry_after("Wed, 21 Oct 2015 07:29:00 GMT", now),
-            Some(Duration::from_secs(60))
-        );
-        for bad in ["-1", "NaN", "inf", "later"] {
-            assert_eq!(retry_after(bad, now), None, "{bad}");
-        }
     }
 }

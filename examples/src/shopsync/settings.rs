@@ -1,5 +1,5 @@
-//! The app's settings: where the Admin API is, and the flow limits the
-//! handlers are built with.
+//! The app's settings: where the Admin API is, the flow limits the
+//! handlers are built with, and how long an order may stay unpaid.
 
 use std::str::FromStr;
 use std::time::Duration;
@@ -48,8 +48,34 @@ impl Default for FlowSettings {
     }
 }
 
+/// How the order flow waits (the command line's `--pay-timeout-secs`).
+/// Stored in each `orders/create` event's plan at accept: a change applies
+/// to orders accepted after it, not to those already waiting.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct OrderSettings {
+    /// How long after its stock is reserved an order may stay unpaid: an
+    /// `orders/paid` of the same shop and order accepted by then fulfils
+    /// it; otherwise its stock is released.
+    pub pay_timeout: Duration,
+}
+
+impl OrderSettings {
+    /// Three days: how long a shop commonly holds stock for an unpaid
+    /// order (e.g. one awaiting a bank transfer).
+    pub const DEFAULT_PAY_TIMEOUT: Duration = Duration::from_secs(3 * 24 * 3600);
+}
+
+impl Default for OrderSettings {
+    fn default() -> Self {
+        Self {
+            pay_timeout: Self::DEFAULT_PAY_TIMEOUT,
+        }
+    }
+}
+
 /// The Admin API's base URL: `push_product` POSTs to
-/// `<base>/shops/<shop>/products/<id>`. Plain `http://` only (this example's
+/// `<base>/shops/<shop>/products/<id>`, the order calls to
+/// `<base>/shops/<shop>/orders/<id>/<action>`. Plain `http://` only (this example's
 /// client has no TLS, to keep its dependencies small): put a local stand-in,
 /// or a TLS-originating proxy, behind it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -78,6 +104,14 @@ impl AdminApiUrl {
     /// checks the id).
     pub fn product_url(&self, shop: &str, id: &str) -> String {
         format!("{}/shops/{shop}/products/{id}", self.0)
+    }
+
+    /// The URL of an action on one order:
+    /// `<base>/shops/<shop>/orders/<id>/<action>` (`reserve`, `fulfill`,
+    /// `release`). The shop and the id must be path-safe, as for
+    /// [`product_url`](Self::product_url).
+    pub fn order_url(&self, shop: &str, id: &str, action: &str) -> String {
+        format!("{}/shops/{shop}/orders/{id}/{action}", self.0)
     }
 }
 
@@ -120,6 +154,10 @@ mod tests {
             bare.product_url("a.myshopify.com", "7"),
             "http://api.local:8000/shops/a.myshopify.com/products/7"
         );
+        assert_eq!(
+            base.order_url("a.myshopify.com", "450789469", "reserve"),
+            "http://127.0.0.1:9000/admin/shops/a.myshopify.com/orders/450789469/reserve"
+        );
     }
 
     #[test]
@@ -142,5 +180,9 @@ mod tests {
         let flow = FlowSettings::default();
         assert_eq!((flow.rate_per_sec, flow.burst), (2, 40));
         assert_eq!(flow.max_wait(), Duration::from_secs(20));
+        assert_eq!(
+            OrderSettings::default().pay_timeout,
+            Duration::from_secs(259_200)
+        );
     }
 }
