@@ -79,6 +79,7 @@ impl EventInsert<'_> {
             resource_seq: self.resource_seq,
             limit_key: self.limit_key.map(str::to_owned),
             limit_n: self.limit_n,
+            match_keys: self.match_keys.to_vec(),
         }
     }
 }
@@ -99,6 +100,7 @@ pub(crate) struct OwnedEventInsert {
     pub resource_seq: Option<i64>,
     pub limit_key: Option<String>,
     pub limit_n: Option<i32>,
+    pub match_keys: Vec<String>,
 }
 
 /// The dedup decision.

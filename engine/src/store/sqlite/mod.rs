@@ -251,6 +251,12 @@ fn insert_many(
                         .bind(event.limit_n)
                         .fetch_optional(&mut *tx)
                         .await?;
+                    if let (Some(seq), false) = (inserted, event.match_keys.is_empty()) {
+                        // Recorded under its match keys, waiters woken, in
+                        // the batch's transaction (the write lock serialises
+                        // it with every wait being decided).
+                        wait::record_match_keys(&mut tx, seq, &event.match_keys, now).await?;
+                    }
                     outcomes.push(match inserted {
                         Some(seq) => InsertOutcome::New(seq),
                         None => InsertOutcome::Duplicate,
@@ -389,11 +395,10 @@ impl Store for SqliteStore {
         if let Some(debounce) = &event.debounce {
             return self.insert_debounced(event, debounce).await;
         }
-        if !event.match_keys.is_empty() {
-            return self.insert_matchable(event).await;
-        }
         let outcome = self.inserts.try_submit(event.to_owned_insert()).await??;
-        if matches!(outcome, InsertOutcome::New(_)) && event.state == EventState::Pending {
+        // A new event with match keys may have woken waiting ones.
+        let may_wake = event.state == EventState::Pending || !event.match_keys.is_empty();
+        if matches!(outcome, InsertOutcome::New(_)) && may_wake {
             self.wake_workers();
         }
         Ok(outcome)

@@ -1,6 +1,7 @@
 //! Durable waits on SQLite (docs/long_handlers.md): the transaction that
-//! settles or starts a wait, and the accept that records an event's match
-//! keys and wakes the events waiting on them. Each is one `BEGIN IMMEDIATE`
+//! settles or starts a wait, and, inside an accept's transaction (batched
+//! or debounced), the recording of an event's match keys and the wake-up of
+//! the events waiting on them. Each is part of a `BEGIN IMMEDIATE`
 //! transaction: the file's write lock makes a wait and an accept of one key
 //! take turns, so no wake-up is lost.
 
@@ -9,8 +10,7 @@ use chrono::Utc;
 use super::time::{format_time, parse_time_opt};
 use super::{sql, SqliteStore};
 use crate::store::wait::{decide, WaitDecision};
-use crate::store::{EventInsert, InsertOutcome, MarkDone, StoreError, WaitSettled, WaitStep};
-use crate::EventState;
+use crate::store::{MarkDone, StoreError, WaitSettled, WaitStep};
 
 /// The leased event at its wait step: when the wait began and its deadline
 /// (`?4` is now).
@@ -176,43 +176,6 @@ impl SqliteStore {
         tx.commit().await?;
         drop(turn);
         Ok(settled)
-    }
-
-    /// Accept an event that waits may match: insert it, record it under its
-    /// match keys and wake the events waiting on them, in one transaction.
-    pub(super) async fn insert_matchable(
-        &self,
-        event: &EventInsert<'_>,
-    ) -> Result<InsertOutcome, StoreError> {
-        let (turn, mut tx) = self.begin_write().await?;
-        let now = Utc::now();
-        let inserted: Option<i64> = sqlx::query_scalar(sql::EVENT_INSERT)
-            .bind(event.source)
-            .bind(event.dedup_key)
-            .bind(event.kind)
-            .bind(event.payload_json)
-            .bind(event.plan_json)
-            .bind(event.state.as_str())
-            .bind(event.step_count)
-            .bind(format_time(event.not_before.unwrap_or(now)))
-            .bind(format_time(now))
-            .bind(event.resource_key)
-            .bind(event.resource_seq)
-            .bind(event.replay_key)
-            .bind(event.limit_key)
-            .bind(event.limit_n)
-            .fetch_optional(&mut *tx)
-            .await?;
-        let Some(seq) = inserted else {
-            return Ok(InsertOutcome::Duplicate);
-        };
-        let woken = record_match_keys(&mut tx, seq, event.match_keys, now).await?;
-        tx.commit().await?;
-        drop(turn);
-        if woken || event.state == EventState::Pending {
-            self.wake_workers();
-        }
-        Ok(InsertOutcome::New(seq))
     }
 }
 
