@@ -67,3 +67,12 @@ FROM tickmark_events e
 CROSS JOIN LATERAL json_array_elements(e.plan -> 'steps') WITH ORDINALITY AS p (entry, ordinality)
 LEFT JOIN tickmark_steps s ON s.event_seq = e.id AND s.position = p.ordinality - 1;
 
+
+-- The claim's statements are planned once and kept (migration 0007), but
+-- PL/pgSQL's plan cache chooses a custom plan per call once the table has
+-- rows, and tried again every call: with 10,000 waiting events a claim
+-- that found nothing due took 1.26× to 1.9× as long (wait_bench,
+-- docs/performance.md). Its planner settings already fix the plan's shape,
+-- so the generic plan is the one it wants.
+ALTER FUNCTION tickmark_claim(TEXT, INT, FLOAT8, TEXT[], TEXT[])
+    SET plan_cache_mode = force_generic_plan;
