@@ -79,6 +79,7 @@ impl EventInsert<'_> {
             resource_seq: self.resource_seq,
             limit_key: self.limit_key.map(str::to_owned),
             limit_n: self.limit_n,
+            #[cfg(feature = "sqlite")]
             match_keys: self.match_keys.to_vec(),
         }
     }
@@ -100,6 +101,9 @@ pub(crate) struct OwnedEventInsert {
     pub resource_seq: Option<i64>,
     pub limit_key: Option<String>,
     pub limit_n: Option<i32>,
+    /// Only SQLite batches accepts with match keys; PostgreSQL gives them
+    /// a transaction of their own (`store/postgres/wait.rs`).
+    #[cfg(feature = "sqlite")]
     pub match_keys: Vec<String>,
 }
 
