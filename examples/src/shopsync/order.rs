@@ -7,7 +7,7 @@ use serde_json::Value;
 use tickmark::StepError;
 
 use super::path_id::{path_id, PATH_ID_RULE};
-use super::provider::is_shop_domain;
+use super::provider::payload_shop;
 
 /// Where an `orders/*` payload keeps the order's id: the wait for
 /// `orders/paid` matches `/shop` and this in both events.
@@ -27,15 +27,7 @@ impl OrderRef {
     /// be the same on every retry, so it is a terminal failure that says
     /// what was wrong.
     pub fn from_payload(payload: &Value) -> Result<Self, StepError> {
-        let shop = payload["shop"]
-            .as_str()
-            .filter(|shop| is_shop_domain(shop))
-            .ok_or_else(|| {
-                StepError::terminal(
-                    "the payload has no usable `shop`: events of this handler come through \
-                     the shopify source, which sets it from X-Shopify-Shop-Domain",
-                )
-            })?;
+        let shop = payload_shop(payload)?;
         let id = payload
             .pointer(ORDER_ID_POINTER)
             .and_then(path_id)

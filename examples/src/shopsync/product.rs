@@ -6,7 +6,7 @@ use serde_json::{json, Value};
 use tickmark::StepError;
 
 use super::path_id::{path_id, PATH_ID_RULE};
-use super::provider::is_shop_domain;
+use super::provider::payload_shop;
 
 /// One product update, ready to push.
 #[derive(Debug, Clone, PartialEq)]
@@ -25,15 +25,7 @@ impl ProductUpdate {
     /// be the same on every retry, so it is a terminal failure that says
     /// what was wrong.
     pub fn from_payload(payload: &Value) -> Result<Self, StepError> {
-        let shop = payload["shop"]
-            .as_str()
-            .filter(|shop| is_shop_domain(shop))
-            .ok_or_else(|| {
-                StepError::terminal(
-                    "the payload has no usable `shop`: events of this handler come through \
-                     the shopify source, which sets it from X-Shopify-Shop-Domain",
-                )
-            })?;
+        let shop = payload_shop(payload)?;
         let product = &payload["product"];
         let id = path_id(&product["id"]).ok_or_else(|| {
             StepError::terminal(format!(

@@ -166,6 +166,20 @@ pub fn shop_domain(headers: &HeaderMap) -> Result<String, ShopDomainError> {
     }
 }
 
+/// The shop a payload laid out by [`ShopifyWithShop`] is for. Missing or
+/// unusable, it will be so on every retry: a terminal failure that says why.
+pub fn payload_shop(payload: &Value) -> Result<&str, tickmark::StepError> {
+    payload["shop"]
+        .as_str()
+        .filter(|shop| is_shop_domain(shop))
+        .ok_or_else(|| {
+            tickmark::StepError::terminal(
+                "the payload has no usable `shop`: events of this handler come through \
+                 the shopify source, which sets it from X-Shopify-Shop-Domain",
+            )
+        })
+}
+
 /// Whether `text` is a (lower-case) shop domain: `<handle>.myshopify.com`,
 /// the handle a DNS label of 1 to 63 letters, digits and inner hyphens.
 pub fn is_shop_domain(text: &str) -> bool {
