@@ -168,6 +168,47 @@ impl SqliteStore {
         Ok(true)
     }
 
+    /// Record a failed attempt of `lease`'s step on `conn` (the caller
+    /// commits): false when the lease was not held, and nothing was written.
+    async fn mark_failed_on(
+        conn: &mut SqliteConnection,
+        mark: &MarkFailed<'_>,
+    ) -> Result<bool, StoreError> {
+        let (dead, retry_at) = match mark.then {
+            AfterFailure::RetryIn(delay) => (false, after(delay)),
+            AfterFailure::Dead => (true, Utc::now()),
+        };
+        let now = format_time(Utc::now());
+        let changed = sqlx::query(sql::EVENT_FAIL)
+            .bind(mark.lease.event_seq)
+            .bind(mark.lease.token)
+            .bind(mark.position)
+            .bind(&now)
+            .bind(dead)
+            .bind(format_time(retry_at))
+            .bind(mark.error)
+            .bind(mark.attempt)
+            .execute(&mut *conn)
+            .await?
+            .rows_affected();
+        if changed == 0 {
+            return Ok(false);
+        }
+        sqlx::query(sql::STEP_UPSERT_FAILED)
+            .bind(mark.lease.event_seq)
+            .bind(mark.position)
+            .bind(mark.step)
+            .bind(if dead { "dead" } else { "failed" })
+            .bind(mark.attempt)
+            .bind(mark.lease.token)
+            .bind(format_time(mark.started_at))
+            .bind(format_time(mark.finished_at))
+            .bind(mark.error)
+            .execute(&mut *conn)
+            .await?;
+        Ok(true)
+    }
+
     async fn confirm_mark(
         &self,
         lease: &Lease,
@@ -764,42 +805,16 @@ impl Store for SqliteStore {
     }
 
     async fn step_mark_failed(&self, mark: &MarkFailed<'_>) -> Result<(), StoreError> {
-        let (dead, retry_at) = match mark.then {
-            AfterFailure::RetryIn(delay) => (false, after(delay)),
-            AfterFailure::Dead => (true, Utc::now()),
-        };
-        let now = format_time(Utc::now());
         let (turn, mut tx) = self.begin_write().await?;
-        let changed = sqlx::query(sql::EVENT_FAIL)
-            .bind(mark.lease.event_seq)
-            .bind(mark.lease.token)
-            .bind(mark.position)
-            .bind(&now)
-            .bind(dead)
-            .bind(format_time(retry_at))
-            .bind(mark.error)
-            .bind(mark.attempt)
-            .execute(&mut *tx)
-            .await?
-            .rows_affected();
-        let state = if dead { "dead" } else { "failed" };
-        if changed == 0 {
+        if !Self::mark_failed_on(&mut tx, mark).await? {
             tx.rollback().await?;
             drop(turn);
+            let state = match mark.then {
+                AfterFailure::Dead => "dead",
+                AfterFailure::RetryIn(_) => "failed",
+            };
             return self.confirm_mark(&mark.lease, mark.position, state).await;
         }
-        sqlx::query(sql::STEP_UPSERT_FAILED)
-            .bind(mark.lease.event_seq)
-            .bind(mark.position)
-            .bind(mark.step)
-            .bind(state)
-            .bind(mark.attempt)
-            .bind(mark.lease.token)
-            .bind(format_time(mark.started_at))
-            .bind(format_time(mark.finished_at))
-            .bind(mark.error)
-            .execute(&mut *tx)
-            .await?;
         tx.commit().await?;
         Ok(())
     }

@@ -8,9 +8,9 @@
 use chrono::Utc;
 
 use super::time::{format_time, parse_time_opt};
-use super::{sql, SqliteStore};
+use super::SqliteStore;
 use crate::store::wait::{decide, WaitDecision};
-use crate::store::{MarkDone, StoreError, WaitSettled, WaitStep};
+use crate::store::{AfterFailure, MarkDone, MarkFailed, StoreError, WaitSettled, WaitStep};
 
 /// The leased event at its wait step: when the wait began and its deadline
 /// (`?4` is now).
@@ -122,36 +122,21 @@ impl SqliteStore {
                 WaitSettled::Done { output, outcome }
             }
             WaitDecision::Dead => {
-                let at = format_time(now);
-                let changed = sqlx::query(sql::EVENT_FAIL)
-                    .bind(lease.event_seq)
-                    .bind(lease.token)
-                    .bind(wait.position)
-                    .bind(&at)
-                    .bind(true)
-                    .bind(&at)
-                    .bind(wait.timeout_error)
-                    .bind(wait.attempt)
-                    .execute(&mut *tx)
-                    .await?
-                    .rows_affected();
-                if changed == 0 {
+                let mark = MarkFailed {
+                    lease,
+                    position: wait.position,
+                    step: wait.step,
+                    attempt: wait.attempt,
+                    started_at: since.unwrap_or(now),
+                    finished_at: now,
+                    error: wait.timeout_error,
+                    then: AfterFailure::Dead,
+                };
+                if !Self::mark_failed_on(&mut tx, &mark).await? {
                     return Err(StoreError::LeaseLost {
                         event_seq: lease.event_seq,
                     });
                 }
-                sqlx::query(sql::STEP_UPSERT_FAILED)
-                    .bind(lease.event_seq)
-                    .bind(wait.position)
-                    .bind(wait.step)
-                    .bind("dead")
-                    .bind(wait.attempt)
-                    .bind(lease.token)
-                    .bind(format_time(since.unwrap_or(now)))
-                    .bind(&at)
-                    .bind(wait.timeout_error)
-                    .execute(&mut *tx)
-                    .await?;
                 WaitSettled::Dead
             }
             WaitDecision::Wait { since, until } => {
