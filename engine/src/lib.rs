@@ -138,6 +138,7 @@ pub mod flow;
 pub mod handler;
 mod idempotency;
 pub mod inbox;
+pub mod jitter;
 pub mod metrics;
 pub mod operator;
 #[cfg(feature = "dashboard")]

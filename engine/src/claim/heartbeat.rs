@@ -26,6 +26,8 @@ pub(crate) async fn heartbeat_loop(
     ticker.tick().await;
     loop {
         tokio::select! {
+            // In order, not at random: a simulated run repeats (docs/simulation.md).
+            biased;
             _ = stop.cancelled() => return,
             _ = ticker.tick() => {}
         }

@@ -188,6 +188,8 @@ impl ClaimLoop {
         if self.backlog && self.shared.slots.running() > 0 {
             // More is due: wait for room, not for a wake-up or a poll.
             tokio::select! {
+                // In order, not at random: a simulated run repeats (docs/simulation.md).
+                biased;
                 _ = shutdown.cancelled() => return Flow::Stop,
                 _ = self.shared.slots.freed() => {}
                 Some(joined) = self.tasks.join_next() => report_panic(joined),
@@ -213,6 +215,8 @@ impl ClaimLoop {
         };
         self.shared.signals.update(|s| s.idle_waits += 1);
         tokio::select! {
+            // In order, not at random: a simulated run repeats (docs/simulation.md).
+            biased;
             _ = shutdown.cancelled() => return Flow::Stop,
             _ = wait_for_wakeup(&mut self.wakeups), if has_room => {}
             _ = self.shared.slots.freed(), if !has_room => {}
@@ -266,6 +270,8 @@ impl ClaimLoop {
 
 async fn sleep_unless(shutdown: &CancellationToken, wait: Duration) -> Flow {
     tokio::select! {
+        // In order, not at random: a simulated run repeats (docs/simulation.md).
+        biased;
         _ = shutdown.cancelled() => Flow::Stop,
         _ = tokio::time::sleep(wait) => Flow::Continue,
     }

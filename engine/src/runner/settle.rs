@@ -204,7 +204,7 @@ impl<'a> Settle<'a> {
             (AfterFailure::Dead, error, EventEnd::Dead)
         } else {
             let delay = retry
-                .delay_after(attempt, rand::random::<f64>())
+                .delay_after(attempt, crate::jitter::unit())
                 .max(failure.retry_after().unwrap_or_default());
             let error = format!(
                 "attempt {attempt} of {max} failed, retrying in {}: {failure}",

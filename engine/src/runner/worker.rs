@@ -121,6 +121,8 @@ impl Worker {
                 continue;
             }
             tokio::select! {
+                // In order, not at random: a simulated run repeats (docs/simulation.md).
+                biased;
                 _ = stats.changed() => {}
                 _ = tokio::time::sleep(Duration::from_millis(200)) => {}
             }

@@ -89,6 +89,8 @@ impl InFlight {
                 return;
             }
             tokio::select! {
+                // In order, not at random: a simulated run repeats (docs/simulation.md).
+                biased;
                 _ = committed => {}
                 _ = tokio::time::sleep_until(deadline) => return,
             }

@@ -6,6 +6,7 @@
 //! The shared conformance suite in `tests/` runs against both backends.
 
 pub mod admin;
+mod clock;
 pub(crate) mod debounce;
 pub(crate) mod decode;
 mod error;
@@ -27,6 +28,7 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
+pub use clock::Clock;
 pub use error::StoreError;
 pub use portable_query::{PortableQuery, PortableRow, SqlValue};
 pub use records::{

@@ -187,11 +187,10 @@ fn records(rows: Vec<SqliteRow>) -> Result<Vec<EventRecord>, StoreError> {
 }
 
 /// Now minus `duration`, as stored text (the distant past if it overflows).
-fn before_now(duration: Duration) -> String {
+fn before_now(now: chrono::DateTime<Utc>, duration: Duration) -> String {
     let ago = chrono::Duration::from_std(duration).unwrap_or(chrono::Duration::MAX);
     format_time(
-        Utc::now()
-            .checked_sub_signed(ago)
+        now.checked_sub_signed(ago)
             .unwrap_or(chrono::DateTime::<Utc>::MIN_UTC),
     )
 }
@@ -199,7 +198,7 @@ fn before_now(duration: Duration) -> String {
 #[async_trait::async_trait]
 impl Admin for SqliteStore {
     async fn status(&self, minutes: u32) -> Result<StatusReport, StoreError> {
-        let now = Utc::now();
+        let now = self.clock.now();
         let now_text = format_time(now);
         let counts: Vec<(String, String, i64)> = sqlx::query_as(sql::STATUS_COUNTS)
             .fetch_all(&self.pool)
@@ -235,7 +234,11 @@ impl Admin for SqliteStore {
             .bind(filter.state.map(EventState::as_str))
             .bind(filter.source.as_deref())
             .bind(filter.kind.as_deref())
-            .bind(filter.since.map(before_now))
+            .bind(
+                filter
+                    .since
+                    .map(|since| before_now(self.clock.now(), since)),
+            )
             .bind(i64::from(filter.limit))
             .fetch_all(&self.pool)
             .await?;
@@ -291,7 +294,7 @@ impl Admin for SqliteStore {
         };
         let holders: Vec<(i64, String)> = sqlx::query_as(sql::KEY_HOLDERS)
             .bind(&key)
-            .bind(format_time(Utc::now()))
+            .bind(format_time(self.clock.now()))
             .fetch_all(&self.pool)
             .await?;
         Ok(Some(KeySlots {
@@ -307,7 +310,7 @@ impl Admin for SqliteStore {
         decide: &Decide<'_>,
     ) -> Result<EventRecord, TransitionError> {
         let (turn, mut tx) = self.begin_write().await?;
-        let now = format_time(Utc::now());
+        let now = format_time(self.clock.now());
         let found = Self::read_for_transition(&mut tx, event_seq, &now).await?;
         let verdict = decide(&found).map_err(TransitionError::Declined)?;
         let record = Self::apply(&mut tx, &found, &verdict.decision, &now).await?;
@@ -328,7 +331,7 @@ impl Admin for SqliteStore {
     ) -> Result<u64, StoreError> {
         let (turn, mut tx) = self.begin_write().await?;
         let deleted = sqlx::query(sql::EVENT_PRUNE)
-            .bind(before_now(older_than))
+            .bind(before_now(self.clock.now(), older_than))
             .bind(include_dead)
             .bind(i64::from(batch))
             .execute(&mut *tx)

@@ -2,8 +2,6 @@
 //! IMMEDIATE` transaction: the write lock makes accepts of a key take turns
 //! and keeps claims out until the burst is decided.
 
-use chrono::Utc;
-
 use super::time::{format_time, parse_time_opt};
 use super::{sql, SqliteStore};
 use crate::store::debounce::{coalesce, superseded_note, Waiting};
@@ -16,7 +14,7 @@ impl SqliteStore {
         debounce: &DebounceInsert<'_>,
     ) -> Result<InsertOutcome, StoreError> {
         let (_turn, mut tx) = self.begin_write().await?;
-        let now = Utc::now();
+        let now = self.clock.now();
         let inserted: Option<i64> = sqlx::query_scalar(sql::DEBOUNCE_INSERT)
             .bind(event.source)
             .bind(event.dedup_key)

@@ -31,7 +31,7 @@ use sqlx::{Row, Sqlite, SqliteConnection, Transaction};
 use tokio::sync::{watch, Mutex, OwnedMutexGuard};
 
 use super::{
-    decode, AfterFailure, Backend, ClaimParams, ClaimedEvent, EventCounts, EventInsert,
+    decode, AfterFailure, Backend, ClaimParams, ClaimedEvent, Clock, EventCounts, EventInsert,
     EventRecord, InsertOutcome, Lease, MarkDone, MarkFailed, PlanGroup, RateTake, RateTaken,
     Release, SequenceCheck, StepStatus, StepTransaction, Store, StoreError, WaitSettled, WaitStep,
     Wakeups,
@@ -60,6 +60,8 @@ pub struct SqliteOptions {
     pub max_connections: u32,
     /// How long a writer waits for another process's write lock.
     pub busy_timeout: Duration,
+    /// Where the store reads the time: the system clock, or a simulated one.
+    pub clock: Clock,
 }
 
 impl Default for SqliteOptions {
@@ -67,6 +69,7 @@ impl Default for SqliteOptions {
         Self {
             max_connections: 4,
             busy_timeout: Duration::from_secs(30),
+            clock: Clock::system(),
         }
     }
 }
@@ -79,6 +82,7 @@ pub struct SqliteStore {
     accepted: watch::Sender<u64>,
     marks: Arc<GroupCommit<OwnedMarkDone, Result<bool, StoreError>>>,
     inserts: Arc<GroupCommit<OwnedEventInsert, Result<InsertOutcome, StoreError>>>,
+    clock: Clock,
 }
 
 impl SqliteStore {
@@ -106,18 +110,19 @@ impl SqliteStore {
                 Overlap::SideBySide,
                 MAX_INSERT_BATCH,
                 INSERT_QUEUE,
-                insert_many(pool.clone(), Arc::clone(&write_turn)),
+                insert_many(pool.clone(), Arc::clone(&write_turn), options.clock.clone()),
             )),
             marks: Arc::new(GroupCommit::start(
                 1,
                 Overlap::SideBySide,
                 MAX_MARK_BATCH,
                 MARK_QUEUE,
-                mark_many(pool.clone(), Arc::clone(&write_turn)),
+                mark_many(pool.clone(), Arc::clone(&write_turn), options.clock.clone()),
             )),
             pool,
             write_turn,
             accepted: watch::Sender::new(0),
+            clock: options.clock,
         };
         store.migrate().await?;
         Ok(store)
@@ -138,10 +143,11 @@ impl SqliteStore {
     }
 
     async fn mark_done_on(
+        clock: &Clock,
         conn: &mut SqliteConnection,
         mark: &MarkDone<'_>,
     ) -> Result<bool, StoreError> {
-        let now = format_time(Utc::now());
+        let now = format_time(clock.now());
         let advanced = sqlx::query(sql::EVENT_ADVANCE)
             .bind(mark.lease.event_seq)
             .bind(mark.lease.token)
@@ -171,14 +177,15 @@ impl SqliteStore {
     /// Record a failed attempt of `lease`'s step on `conn` (the caller
     /// commits): false when the lease was not held, and nothing was written.
     async fn mark_failed_on(
+        clock: &Clock,
         conn: &mut SqliteConnection,
         mark: &MarkFailed<'_>,
     ) -> Result<bool, StoreError> {
         let (dead, retry_at) = match mark.then {
-            AfterFailure::RetryIn(delay) => (false, after(delay)),
-            AfterFailure::Dead => (true, Utc::now()),
+            AfterFailure::RetryIn(delay) => (false, after(clock.now(), delay)),
+            AfterFailure::Dead => (true, clock.now()),
         };
-        let now = format_time(Utc::now());
+        let now = format_time(clock.now());
         let changed = sqlx::query(sql::EVENT_FAIL)
             .bind(mark.lease.event_seq)
             .bind(mark.lease.token)
@@ -264,13 +271,15 @@ const INSERT_QUEUE: usize = 2 * MAX_INSERT_BATCH;
 fn insert_many(
     pool: SqlitePool,
     write_turn: Arc<Mutex<()>>,
+    clock: Clock,
 ) -> FlushFn<OwnedEventInsert, Result<InsertOutcome, StoreError>> {
     Arc::new(move |events: Vec<OwnedEventInsert>| {
         let pool = pool.clone();
         let write_turn = Arc::clone(&write_turn);
+        let clock = clock.clone();
         Box::pin(async move {
             let written = async {
-                let now = Utc::now();
+                let now = clock.now();
                 let _turn = write_turn.lock_owned().await;
                 let mut tx = pool.begin_with("BEGIN IMMEDIATE").await?;
                 let mut outcomes = Vec::with_capacity(events.len());
@@ -325,17 +334,20 @@ const MARK_QUEUE: usize = 4 * MAX_MARK_BATCH;
 fn mark_many(
     pool: SqlitePool,
     write_turn: Arc<Mutex<()>>,
+    clock: Clock,
 ) -> FlushFn<OwnedMarkDone, Result<bool, StoreError>> {
     Arc::new(move |marks: Vec<OwnedMarkDone>| {
         let pool = pool.clone();
         let write_turn = Arc::clone(&write_turn);
+        let clock = clock.clone();
         Box::pin(async move {
             let written = async {
                 let _turn = write_turn.lock_owned().await;
                 let mut tx = pool.begin_with("BEGIN IMMEDIATE").await?;
                 let mut applied = Vec::with_capacity(marks.len());
                 for mark in &marks {
-                    applied.push(SqliteStore::mark_done_on(&mut tx, &mark.as_mark()).await?);
+                    applied
+                        .push(SqliteStore::mark_done_on(&clock, &mut tx, &mark.as_mark()).await?);
                 }
                 tx.commit().await?;
                 Ok::<_, StoreError>(applied)
@@ -403,8 +415,9 @@ fn json_list(items: &[String]) -> Result<String, StoreError> {
     serde_json::to_string(items).map_err(|e| StoreError::Corrupt(format!("list: {e}")))
 }
 
-fn after(duration: Duration) -> chrono::DateTime<Utc> {
-    Utc::now() + chrono::Duration::from_std(duration).unwrap_or(chrono::Duration::MAX)
+/// `duration` after `now` (the distant future if it overflows).
+fn after(now: chrono::DateTime<Utc>, duration: Duration) -> chrono::DateTime<Utc> {
+    now + chrono::Duration::from_std(duration).unwrap_or(chrono::Duration::MAX)
 }
 
 #[async_trait::async_trait]
@@ -450,7 +463,7 @@ impl Store for SqliteStore {
         params: &ClaimParams<'_>,
     ) -> Result<Vec<ClaimedEvent>, StoreError> {
         // Look before taking the write lock: an idle worker only reads.
-        let now = format_time(Utc::now());
+        let now = format_time(self.clock.now());
         let skip_sources = json_list(params.skip_sources)?;
         let skip_kinds = json_list(params.skip_kinds)?;
         let any_due: Option<i64> = sqlx::query_scalar(sql::EVENT_ANY_DUE)
@@ -465,7 +478,7 @@ impl Store for SqliteStore {
         }
 
         let (_turn, mut tx) = self.begin_write().await?;
-        let now = Utc::now();
+        let now = self.clock.now();
         let due: Vec<DueRow> = sqlx::query_as(sql::EVENT_DUE)
             .bind(format_time(now))
             .bind(i64::from(params.limit))
@@ -482,7 +495,7 @@ impl Store for SqliteStore {
             .map_err(|e| StoreError::Corrupt(format!("claim list: {e}")))?;
         let rows = sqlx::query(sql::EVENT_CLAIM)
             .bind(params.worker)
-            .bind(format_time(after(params.lease_for)))
+            .bind(format_time(after(self.clock.now(), params.lease_for)))
             .bind(format_time(now))
             .bind(seqs_json)
             .fetch_all(&mut *tx)
@@ -522,8 +535,8 @@ impl Store for SqliteStore {
             .map_err(|e| StoreError::Corrupt(format!("lease list: {e}")))?;
         let (_turn, mut tx) = self.begin_write().await?;
         let held: Vec<i64> = sqlx::query_scalar(sql::EVENT_HEARTBEAT_MANY)
-            .bind(format_time(after(lease_for)))
-            .bind(format_time(Utc::now()))
+            .bind(format_time(after(self.clock.now(), lease_for)))
+            .bind(format_time(self.clock.now()))
             .bind(pairs_json)
             .fetch_all(&mut *tx)
             .await?;
@@ -536,7 +549,7 @@ impl Store for SqliteStore {
         let changed = sqlx::query(sql::EVENT_RELEASE)
             .bind(lease.event_seq)
             .bind(lease.token)
-            .bind(format_time(after(release.delay)))
+            .bind(format_time(after(self.clock.now(), release.delay)))
             .bind(release.refund_attempt)
             .bind(release.snoozed)
             .bind(release.note)
@@ -552,7 +565,7 @@ impl Store for SqliteStore {
     }
 
     async fn rate_take(&self, take: &RateTake<'_>) -> Result<RateTaken, StoreError> {
-        let now_us = Utc::now().timestamp_micros();
+        let now_us = self.clock.now().timestamp_micros();
         let (refill_us, burst) = (take.refill_micros(), take.burst_tokens());
         let (_turn, mut tx) = self.begin_write().await?;
         let taken: Option<i64> = sqlx::query_scalar(sql::RATE_TAKE)
@@ -595,7 +608,7 @@ impl Store for SqliteStore {
             .bind(lease.token)
             .bind(fraction)
             .bind(message)
-            .bind(format_time(Utc::now()))
+            .bind(format_time(self.clock.now()))
             .execute(&mut *tx)
             .await?
             .rows_affected();
@@ -609,7 +622,7 @@ impl Store for SqliteStore {
         resource_key: &str,
         resource_seq: i64,
     ) -> Result<SequenceCheck, StoreError> {
-        let now = format_time(Utc::now());
+        let now = format_time(self.clock.now());
         let (_turn, mut tx) = self.begin_write().await?;
         let applied: Option<i64> = sqlx::query_scalar(sql::RESOURCE_APPLY)
             .bind(lease.event_seq)
@@ -646,7 +659,7 @@ impl Store for SqliteStore {
             .bind(lease.event_seq)
             .bind(lease.token)
             .bind(reason)
-            .bind(format_time(Utc::now()))
+            .bind(format_time(self.clock.now()))
             .execute(&mut *tx)
             .await?
             .rows_affected();
@@ -660,7 +673,7 @@ impl Store for SqliteStore {
             .await?;
         Ok(match due {
             Some(text) => Some(
-                (parse_time(&text)? - Utc::now())
+                (parse_time(&text)? - self.clock.now())
                     .to_std()
                     .unwrap_or(Duration::ZERO),
             ),
@@ -670,7 +683,7 @@ impl Store for SqliteStore {
 
     async fn event_count_active(&self) -> Result<i64, StoreError> {
         Ok(sqlx::query_scalar(sql::EVENT_COUNT_ACTIVE)
-            .bind(format_time(Utc::now()))
+            .bind(format_time(self.clock.now()))
             .fetch_one(&self.pool)
             .await?)
     }
@@ -680,7 +693,7 @@ impl Store for SqliteStore {
             sqlx::query_as(sql::EVENT_COUNT_BY_STATE)
                 .fetch_all(&self.pool)
                 .await?;
-        let now = Utc::now();
+        let now = self.clock.now();
         let oldest: Option<String> = sqlx::query_scalar(sql::EVENT_OLDEST_PENDING)
             .bind(format_time(now))
             .fetch_one(&self.pool)
@@ -791,7 +804,7 @@ impl Store for SqliteStore {
             }
         };
         let mut transaction = transaction;
-        let applied = Self::mark_done_on(&mut transaction, mark).await?;
+        let applied = Self::mark_done_on(&self.clock, &mut transaction, mark).await?;
         if !applied {
             // Rolls back the step's own writes too, if it was transactional.
             transaction.rollback().await?;
@@ -806,7 +819,7 @@ impl Store for SqliteStore {
 
     async fn step_mark_failed(&self, mark: &MarkFailed<'_>) -> Result<(), StoreError> {
         let (turn, mut tx) = self.begin_write().await?;
-        if !Self::mark_failed_on(&mut tx, mark).await? {
+        if !Self::mark_failed_on(&self.clock, &mut tx, mark).await? {
             tx.rollback().await?;
             drop(turn);
             let state = match mark.then {

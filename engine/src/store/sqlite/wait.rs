@@ -61,7 +61,7 @@ impl SqliteStore {
     pub(super) async fn settle_wait(&self, wait: &WaitStep<'_>) -> Result<WaitSettled, StoreError> {
         let lease = wait.lease;
         let (turn, mut tx) = self.begin_write().await?;
-        let now = Utc::now();
+        let now = self.clock.now();
         let row: Option<(Option<String>, Option<String>)> = sqlx::query_as(WAIT_ROW)
             .bind(lease.event_seq)
             .bind(lease.token)
@@ -114,7 +114,7 @@ impl SqliteStore {
                     output_json: &output_json,
                     skipped: false,
                 };
-                if !Self::mark_done_on(&mut tx, &mark).await? {
+                if !Self::mark_done_on(&self.clock, &mut tx, &mark).await? {
                     return Err(StoreError::LeaseLost {
                         event_seq: lease.event_seq,
                     });
@@ -132,7 +132,7 @@ impl SqliteStore {
                     error: wait.timeout_error,
                     then: AfterFailure::Dead,
                 };
-                if !Self::mark_failed_on(&mut tx, &mark).await? {
+                if !Self::mark_failed_on(&self.clock, &mut tx, &mark).await? {
                     return Err(StoreError::LeaseLost {
                         event_seq: lease.event_seq,
                     });
