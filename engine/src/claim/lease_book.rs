@@ -130,6 +130,15 @@ impl LeaseBook {
         })
     }
 
+    /// Whether the lease on `event_seq` is still ours by the local clock:
+    /// held, not cancelled, and not past its conservative expiry.
+    pub fn is_live(&self, event_seq: i64, now: Instant) -> bool {
+        self.with(|held| {
+            held.get(&event_seq)
+                .is_some_and(|h| !h.cancel.is_cancelled() && h.expires > now)
+        })
+    }
+
     /// How many leases are held.
     #[cfg(test)]
     pub fn len(&self) -> usize {

@@ -166,6 +166,18 @@ impl<'a> EventRun<'a> {
             // The step has not started: give the attempt back with the lease.
             return Err(settle.release(&Release::now(true)).await);
         }
+        let lease = self.claimed.lease;
+        if !shared
+            .book
+            .is_live(lease.event_seq, tokio::time::Instant::now())
+        {
+            // The lease ran out while the event waited (for a slot, on a
+            // store call, or in a process paused past it): another worker may
+            // have run this step already. Never start a step on a lease that
+            // is not certainly ours (found by the simulator: seed 83).
+            tracing::warn!(parent: &span, "lease lost or expired before the step started; another worker resumes the event");
+            return Err(EventEnd::LeaseLost);
+        }
         let retry = plan.retry_of(position);
         if attempt > retry.max_attempts.max(1) {
             // Every earlier attempt ended with the worker gone (a crash or a
@@ -213,6 +225,7 @@ impl<'a> EventRun<'a> {
             cancel: self.cancel,
             resources: &shared.resources,
             registry: &shared.registry,
+            book: &shared.book,
         })
         .instrument(span.clone())
         .await;

@@ -8,6 +8,7 @@ use std::panic::AssertUnwindSafe;
 use futures_util::FutureExt;
 use tokio_util::sync::CancellationToken;
 
+use crate::claim::LeaseBook;
 use crate::context::{ProgressReporter, StepContext, StepOutputs};
 use crate::event::Event;
 use crate::handler::Registry;
@@ -44,6 +45,9 @@ pub(crate) struct StepInputs<'a> {
     pub cancel: &'a CancellationToken,
     pub resources: &'a Resources,
     pub registry: &'a Registry,
+    /// The worker's leases: a transactional step starts only if its lease
+    /// is still live once its transaction is open.
+    pub book: &'a LeaseBook,
 }
 
 pub(crate) async fn run_step(inputs: StepInputs<'_>) -> Result<StepRun, StoreError> {
@@ -58,9 +62,16 @@ pub(crate) async fn run_step(inputs: StepInputs<'_>) -> Result<StepRun, StoreErr
         cancel,
         resources,
         registry,
+        book,
     } = inputs;
     let mut transaction = if step.transactional() {
-        Some(store.step_transaction_begin().await?)
+        let transaction = store.step_transaction_begin().await?;
+        if !book.is_live(lease.event_seq, tokio::time::Instant::now()) {
+            // The lease ran out while the transaction opened (found by the
+            // simulator: seed 206): the step must not start.
+            return Ok(StepRun::Cancelled);
+        }
+        Some(transaction)
     } else {
         None
     };

@@ -512,6 +512,7 @@ impl Store for PostgresStore {
             .bind(lease.event_seq)
             .bind(resource_key)
             .bind(resource_seq)
+            .bind(lease.token)
             .fetch_one(&self.pool)
             .await?;
         if applied > 0 {

@@ -140,7 +140,10 @@ pub const EVENT_PROGRESS: &str = "
 pub const RESOURCE_APPLY: &str = "
     WITH applied AS (
         INSERT INTO tickmark_resources (resource_key, last_seq, event_seq)
-        VALUES ($2, $3, $1)
+        SELECT $2, $3, $1
+        -- Only under the event's lease: a stale holder changes nothing.
+        WHERE EXISTS (SELECT 1 FROM tickmark_events
+                      WHERE id = $1 AND lease_token = $4 AND state = 'running')
         ON CONFLICT (resource_key) DO UPDATE
         SET last_seq = EXCLUDED.last_seq, event_seq = EXCLUDED.event_seq, applied_at = now()
         WHERE tickmark_resources.last_seq < EXCLUDED.last_seq

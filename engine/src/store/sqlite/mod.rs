@@ -629,6 +629,7 @@ impl Store for SqliteStore {
             .bind(resource_key)
             .bind(resource_seq)
             .bind(&now)
+            .bind(lease.token)
             .fetch_optional(&mut *tx)
             .await?;
         if applied.is_some() {

@@ -123,10 +123,13 @@ pub const EVENT_PROGRESS: &str = "
     WHERE id = ?1 AND lease_token = ?2 AND state = 'running' AND due_at > ?5";
 
 /// Make ?3 the last applied sequence of resource ?2 if it is newer (or already
-/// this event's: a resumed run). Returns a row only when it is.
+/// this event's: a resumed run), under the event's lease ?5. Returns a row only when it is.
 pub const RESOURCE_APPLY: &str = "
     INSERT INTO tickmark_resources (resource_key, last_seq, event_seq, applied_at)
-    VALUES (?2, ?3, ?1, ?4)
+    SELECT ?2, ?3, ?1, ?4
+    -- Only under the event's lease: a stale holder changes nothing.
+    WHERE EXISTS (SELECT 1 FROM tickmark_events
+                  WHERE id = ?1 AND lease_token = ?5 AND state = 'running')
     ON CONFLICT (resource_key) DO UPDATE
     SET last_seq = excluded.last_seq, event_seq = excluded.event_seq, applied_at = excluded.applied_at
     WHERE tickmark_resources.last_seq < excluded.last_seq
