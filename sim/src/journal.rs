@@ -1,0 +1,295 @@
+//! What a simulated run did and saw: the trace (one line per store call,
+//! fault, step and operator action, stamped with simulated time), the faults
+//! injected by kind, and the facts the invariants are checked against. The
+//! checks that can be made the moment something happens (a stale lease that
+//! marked, a live lease taken over, a crashed process still talking to the
+//! database) are made here, as it happens.
+
+use std::collections::{BTreeMap, HashMap};
+use std::fmt::Write as _;
+use std::sync::{Arc, Mutex};
+
+use chrono::{DateTime, Utc};
+use sha2::{Digest, Sha256};
+
+use crate::clock::SimClock;
+
+/// The kinds of fault a run injects.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Fault {
+    /// A process dies at an await point; nothing of it runs afterwards.
+    Crash,
+    /// A process stops past its lease, then resumes (a zombie).
+    Pause,
+    /// A store call fails before it reaches the database.
+    StoreFailsBefore,
+    /// A store call commits, then its caller is told it failed (a timeout).
+    StoreFailsAfterCommit,
+    /// The wall clock jumps forward.
+    ClockJump,
+    /// A delivery is sent more than once.
+    DuplicateDelivery,
+    /// An operator cancels an event.
+    OperatorCancel,
+    /// An operator retries a dead event.
+    OperatorRetry,
+    /// An operator skips a dead event's failed step.
+    OperatorSkip,
+}
+
+impl Fault {
+    /// Its name in the summary.
+    pub fn name(self) -> &'static str {
+        match self {
+            Fault::Crash => "crash",
+            Fault::Pause => "pause past the lease",
+            Fault::StoreFailsBefore => "store call fails",
+            Fault::StoreFailsAfterCommit => "store call fails after commit",
+            Fault::ClockJump => "clock jump",
+            Fault::DuplicateDelivery => "duplicate delivery",
+            Fault::OperatorCancel => "operator cancel",
+            Fault::OperatorRetry => "operator retry",
+            Fault::OperatorSkip => "operator skip",
+        }
+    }
+}
+
+/// One attempt of one step, as the step itself recorded it.
+#[derive(Debug, Clone)]
+pub struct StepStart {
+    /// The event's row number.
+    pub seq: i64,
+    /// The step's position in the plan.
+    pub position: i32,
+    /// The journal entry number when it started (orders it against marks).
+    pub at_entry: u64,
+}
+
+#[derive(Debug, Default)]
+struct Facts {
+    trace: Vec<String>,
+    entries: u64,
+    faults: BTreeMap<Fault, u64>,
+    violations: Vec<String>,
+    /// The token of each event's lease as the last claim issued it; `None`
+    /// after an operator's transition (which bumps it).
+    current_token: HashMap<i64, Option<i64>>,
+    /// When each event's current lease expires, as granted.
+    lease_until: HashMap<i64, DateTime<Utc>>,
+    /// The journal entry at which each (event, position) was first marked done.
+    marked_done: HashMap<(i64, i32), u64>,
+    starts: Vec<StepStart>,
+    /// Per (event, position), the idempotency keys its effects were sent with.
+    effects: BTreeMap<(i64, i32), BTreeMap<String, u32>>,
+    /// Per delivery id, how many accepts were answered `New`.
+    new_answers: BTreeMap<String, u32>,
+    /// Per ordered account, the sequences whose first step started, in order.
+    ordered_runs: BTreeMap<String, Vec<i64>>,
+}
+
+/// The run's journal, shared by the simulation's tasks.
+#[derive(Debug, Clone)]
+pub struct Journal {
+    clock: SimClock,
+    facts: Arc<Mutex<Facts>>,
+}
+
+impl Journal {
+    /// An empty journal on `clock`.
+    pub fn new(clock: SimClock) -> Self {
+        Self {
+            clock,
+            facts: Arc::default(),
+        }
+    }
+
+    fn with<T>(&self, f: impl FnOnce(&mut Facts) -> T) -> T {
+        let mut facts = self
+            .facts
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        f(&mut facts)
+    }
+
+    /// The simulated wall clock now.
+    pub fn now(&self) -> DateTime<Utc> {
+        self.clock.elapsed();
+        self.clock.now()
+    }
+
+    /// Add a line to the trace; returns its entry number.
+    pub fn note(&self, line: impl AsRef<str>) -> u64 {
+        let elapsed = self.clock.elapsed().as_secs_f64();
+        self.with(|facts| {
+            facts.entries += 1;
+            let entry = facts.entries;
+            facts
+                .trace
+                .push(format!("{elapsed:>9.3}s  {}", line.as_ref()));
+            entry
+        })
+    }
+
+    /// Count an injected fault and trace it.
+    pub fn fault(&self, fault: Fault, detail: impl AsRef<str>) {
+        self.with(|facts| *facts.faults.entry(fault).or_default() += 1);
+        self.note(format!("FAULT {}: {}", fault.name(), detail.as_ref()));
+    }
+
+    /// Record a broken invariant (and trace it).
+    pub fn violation(&self, what: impl Into<String>) {
+        let what = what.into();
+        self.note(format!("VIOLATION {what}"));
+        let elapsed = self.clock.elapsed().as_secs_f64();
+        self.with(|facts| facts.violations.push(format!("at {elapsed:.3}s: {what}")));
+    }
+
+    /// A claim leased `seq` with `token` until `until`; `took_over` says it
+    /// took an earlier lease over, which must have expired.
+    pub fn claimed(&self, seq: i64, token: i64, until: DateTime<Utc>, took_over: bool) {
+        let now = self.now();
+        let live = self.with(|facts| {
+            let previous = facts.lease_until.insert(seq, until);
+            facts.current_token.insert(seq, Some(token));
+            previous.filter(|expiry| took_over && *expiry > now)
+        });
+        if let Some(expiry) = live {
+            self.violation(format!(
+                "event {seq}: a claim took over a lease that was still live (until {expiry}, now {now})"
+            ));
+        }
+    }
+
+    /// A heartbeat renewed `seq`'s lease `token` until `until`.
+    pub fn renewed(&self, seq: i64, token: i64, until: DateTime<Utc>) {
+        self.fenced_write_succeeded(seq, token, "heartbeat renewed");
+        self.with(|facts| facts.lease_until.insert(seq, until));
+    }
+
+    /// A write fenced by `seq`'s lease `token` succeeded: it must be the
+    /// current lease.
+    pub fn fenced_write_succeeded(&self, seq: i64, token: i64, what: &str) {
+        let current = self.with(|facts| facts.current_token.get(&seq).copied().flatten());
+        if current != Some(token) {
+            let holder = current.map_or("none (an operator changed the event)".to_owned(), |t| {
+                t.to_string()
+            });
+            self.violation(format!(
+                "event {seq}: {what} with a stale lease (token {token}; the current lease is {holder})"
+            ));
+        }
+    }
+
+    /// An operator's transition of `seq` committed: every earlier lease is void.
+    pub fn operator_changed(&self, seq: i64) {
+        self.with(|facts| {
+            facts.current_token.insert(seq, None);
+            facts.lease_until.remove(&seq);
+        });
+    }
+
+    /// Step `position` of `seq` was marked done (journal entry `entry`).
+    pub fn marked_done(&self, seq: i64, position: i32, entry: u64) {
+        self.with(|facts| {
+            facts.marked_done.entry((seq, position)).or_insert(entry);
+        });
+    }
+
+    /// A step attempt started (recorded by the step).
+    pub fn step_started(&self, seq: i64, position: i32, line: String) {
+        let entry = self.note(line);
+        self.with(|facts| {
+            facts.starts.push(StepStart {
+                seq,
+                position,
+                at_entry: entry,
+            })
+        });
+    }
+
+    /// An ordered event's first step started.
+    pub fn ordered_run(&self, account: &str, sequence: i64) {
+        self.with(|facts| {
+            facts
+                .ordered_runs
+                .entry(account.to_owned())
+                .or_default()
+                .push(sequence)
+        });
+    }
+
+    /// Step `position` of `seq` sent its external effect with `key` (an
+    /// idempotent API applies the first).
+    pub fn effect(&self, seq: i64, position: i32, key: &str) {
+        self.with(|facts| {
+            *facts
+                .effects
+                .entry((seq, position))
+                .or_default()
+                .entry(key.to_owned())
+                .or_default() += 1
+        });
+    }
+
+    /// An accept of delivery `id` was answered `New`.
+    pub fn answered_new(&self, id: &str) {
+        self.with(|facts| *facts.new_answers.entry(id.to_owned()).or_default() += 1);
+    }
+
+    /// What the end-of-run checks read.
+    pub fn snapshot(&self) -> JournalSnapshot {
+        self.with(|facts| JournalSnapshot {
+            marked_done: facts.marked_done.clone(),
+            starts: facts.starts.clone(),
+            effects: facts.effects.clone(),
+            new_answers: facts.new_answers.clone(),
+            ordered_runs: facts.ordered_runs.clone(),
+        })
+    }
+
+    /// The violations recorded so far.
+    pub fn violations(&self) -> Vec<String> {
+        self.with(|facts| facts.violations.clone())
+    }
+
+    /// Faults injected, by kind.
+    pub fn faults(&self) -> BTreeMap<Fault, u64> {
+        self.with(|facts| facts.faults.clone())
+    }
+
+    /// The whole trace.
+    pub fn trace(&self) -> Vec<String> {
+        self.with(|facts| facts.trace.clone())
+    }
+
+    /// A digest of the trace: two runs of one seed must agree on it.
+    pub fn digest(&self) -> String {
+        self.with(|facts| {
+            let mut hasher = Sha256::new();
+            for line in &facts.trace {
+                hasher.update(line.as_bytes());
+                hasher.update(b"\n");
+            }
+            let mut short = String::new();
+            for byte in &hasher.finalize()[..8] {
+                let _ = write!(short, "{byte:02x}");
+            }
+            short
+        })
+    }
+}
+
+/// The facts the end-of-run checks need, copied out.
+#[derive(Debug, Clone)]
+pub struct JournalSnapshot {
+    /// The entry at which each (event, position) was first marked done.
+    pub marked_done: HashMap<(i64, i32), u64>,
+    /// Every step attempt's start.
+    pub starts: Vec<StepStart>,
+    /// Per (event, position), how often its effect was sent with each key.
+    pub effects: BTreeMap<(i64, i32), BTreeMap<String, u32>>,
+    /// `New` answers per delivery id.
+    pub new_answers: BTreeMap<String, u32>,
+    /// Ordered events' first-step starts per account.
+    pub ordered_runs: BTreeMap<String, Vec<i64>>,
+}

@@ -1,0 +1,219 @@
+//! `tickmark-sim`: run seeds of the deterministic simulation and report.
+//! `scripts/simulate --help` for the options; docs/simulation.md for what
+//! is simulated.
+
+use std::collections::BTreeMap;
+use std::io::IsTerminal;
+use std::process::ExitCode;
+use std::time::Instant;
+
+use clap::Parser;
+use tickmark_sim::{run, Fault, RunReport, Variant};
+
+/// Run the real engine under a seeded clock, scheduler and faults, and check
+/// tickmark's guarantees after every run. A failing seed prints the command
+/// that replays it exactly, trace and all.
+#[derive(Debug, Parser)]
+#[command(name = "simulate", version)]
+struct Args {
+    /// How many seeds to run.
+    #[arg(long, default_value_t = 100)]
+    seeds: u64,
+    /// The first seed (the run takes `from`, `from + 1`, …).
+    #[arg(long, default_value_t = 0)]
+    from: u64,
+    /// Run this one seed only, and print its trace.
+    #[arg(long, conflicts_with_all = ["seeds", "from"])]
+    seed: Option<u64>,
+    /// The store variant: `correct`, or a deliberately broken one.
+    #[arg(long, value_enum, default_value_t = Variant::Correct)]
+    variant: Variant,
+    /// For each broken variant, run seeds until it is caught (at most
+    /// `--seeds`); fail if one is not caught.
+    #[arg(long)]
+    broken: bool,
+    /// Run the first seed twice and fail unless both traces agree.
+    #[arg(long)]
+    check_replay: bool,
+}
+
+fn main() -> ExitCode {
+    let args = Args::parse();
+    if std::env::var_os("RUST_LOG").is_some() {
+        // The engine's own logs, for debugging a seed (times are real, not simulated).
+        tracing_subscriber::fmt()
+            .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
+            .with_writer(std::io::stderr)
+            .without_time()
+            .with_ansi(std::io::stderr().is_terminal())
+            .init();
+    }
+    if let Some(seed) = args.seed {
+        return replay(seed, args.variant);
+    }
+    let mut ok = true;
+    if args.check_replay {
+        ok &= check_replay(args.from, args.variant);
+    }
+    if args.broken {
+        for variant in Variant::BROKEN {
+            ok &= catch(variant, args.from, args.seeds);
+        }
+    } else {
+        ok &= sweep(args.from, args.seeds, args.variant);
+    }
+    if ok {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    }
+}
+
+fn one(seed: u64, variant: Variant) -> Option<RunReport> {
+    match run(seed, variant) {
+        Ok(report) => Some(report),
+        Err(error) => {
+            eprintln!("seed {seed}: the harness failed: {error}");
+            None
+        }
+    }
+}
+
+fn replay_command(seed: u64, variant: Variant) -> String {
+    match variant {
+        Variant::Correct => format!("scripts/simulate --seed {seed}"),
+        _ => format!(
+            "scripts/simulate --seed {seed} --variant {}",
+            variant.name()
+        ),
+    }
+}
+
+/// Run seeds `from..from + seeds` and print the totals.
+fn sweep(from: u64, seeds: u64, variant: Variant) -> bool {
+    println!(
+        "simulating seeds {from}..{} against the {} store",
+        from + seeds,
+        variant.name()
+    );
+    let started = Instant::now();
+    let mut faults: BTreeMap<Fault, u64> = BTreeMap::new();
+    let (mut runs, mut checks, mut events, mut failed) = (0u64, 0u64, 0usize, Vec::new());
+    for seed in from..from + seeds {
+        let Some(report) = one(seed, variant) else {
+            failed.push(seed);
+            continue;
+        };
+        runs += 1;
+        checks += report.invariants_checked;
+        events += report.events;
+        for (fault, n) in &report.faults {
+            *faults.entry(*fault).or_default() += n;
+        }
+        if !report.violations.is_empty() {
+            println!("\nseed {seed}: {} violation(s):", report.violations.len());
+            for violation in report.violations.iter().take(5) {
+                println!("  {violation}");
+            }
+            println!("  replay: {}", replay_command(seed, variant));
+            failed.push(seed);
+        }
+        if runs % 25 == 0 {
+            println!("  {runs} runs, {:.0} s", started.elapsed().as_secs_f64());
+        }
+    }
+    println!(
+        "runs: {runs} (seeds {from}..{}), {events} events, in {:.1} s",
+        from + seeds,
+        started.elapsed().as_secs_f64()
+    );
+    println!("faults injected:");
+    for (fault, n) in &faults {
+        println!("  {:<32} {n}", fault.name());
+    }
+    println!("invariants checked: {checks}");
+    if failed.is_empty() {
+        println!("violations: none");
+        true
+    } else {
+        println!("FAILED seeds: {failed:?}");
+        false
+    }
+}
+
+/// Run one seed and print its trace.
+fn replay(seed: u64, variant: Variant) -> ExitCode {
+    let Some(report) = one(seed, variant) else {
+        return ExitCode::FAILURE;
+    };
+    for line in &report.trace {
+        println!("{line}");
+    }
+    println!(
+        "\nseed {seed} ({}): {} events, {:.1} s simulated, {} checks, trace digest {}",
+        variant.name(),
+        report.events,
+        report.simulated.as_secs_f64(),
+        report.invariants_checked,
+        report.digest
+    );
+    if report.violations.is_empty() {
+        println!("violations: none");
+        ExitCode::SUCCESS
+    } else {
+        println!("violations:");
+        for violation in &report.violations {
+            println!("  {violation}");
+        }
+        ExitCode::FAILURE
+    }
+}
+
+/// Run `seed` twice: the traces must be identical.
+fn check_replay(seed: u64, variant: Variant) -> bool {
+    let (Some(first), Some(second)) = (one(seed, variant), one(seed, variant)) else {
+        return false;
+    };
+    let same = first.trace == second.trace;
+    println!(
+        "replay of seed {seed}: trace digests {} and {} ({} lines): {}",
+        first.digest,
+        second.digest,
+        first.trace.len(),
+        if same { "identical" } else { "DIFFERENT" }
+    );
+    if !same {
+        if let Some(at) = first
+            .trace
+            .iter()
+            .zip(&second.trace)
+            .position(|(a, b)| a != b)
+        {
+            println!(
+                "  first difference at line {at}:\n    {}\n    {}",
+                first.trace[at], second.trace[at]
+            );
+        }
+    }
+    same
+}
+
+/// Run seeds against a broken variant until a violation is found.
+fn catch(variant: Variant, from: u64, seeds: u64) -> bool {
+    for (n, seed) in (from..from + seeds).enumerate() {
+        let Some(report) = one(seed, variant) else {
+            return false;
+        };
+        if let Some(first) = report.violations.first() {
+            println!(
+                "{}: caught after {} seed(s), at seed {seed}: {first}\n  replay: {}",
+                variant.name(),
+                n + 1,
+                replay_command(seed, variant)
+            );
+            return true;
+        }
+    }
+    println!("{}: NOT caught in {seeds} seeds", variant.name());
+    false
+}
