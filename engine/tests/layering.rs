@@ -22,6 +22,7 @@ const LAYERS: &[&[&str]] = &[
         "resources",
         "dedup_key",
         "outcome",
+        "jitter",
     ],
     // Records of an event's life; ordering rules and waits (they read keys
     // as flow does).

@@ -137,10 +137,18 @@ impl Worker {
     }
 }
 
-/// The worker's heartbeat, in a task of its own.
+/// The worker's heartbeat, in a task of its own, which ends with the worker:
+/// when `run`'s future is dropped (a `select!`, an aborted task), the
+/// heartbeat is aborted too rather than ticking on for the process's life.
 struct HeartbeatTask {
     handle: JoinHandle<()>,
     stop: CancellationToken,
+}
+
+impl Drop for HeartbeatTask {
+    fn drop(&mut self) {
+        self.handle.abort();
+    }
 }
 
 impl HeartbeatTask {
@@ -169,12 +177,43 @@ impl HeartbeatTask {
     /// Stop it and wait for it to end. Its panic is never swallowed: a worker
     /// whose leases were not being renewed must not look as if it had stopped
     /// cleanly.
-    async fn stop(self) {
+    async fn stop(mut self) {
         self.stop.cancel();
-        if let Err(join) = self.handle.await {
+        if let Err(join) = (&mut self.handle).await {
             if join.is_panic() {
                 std::panic::resume_unwind(join.into_panic());
             }
         }
+    }
+}
+
+#[cfg(all(test, feature = "sqlite"))]
+mod tests {
+    use super::*;
+    use crate::handler::Handlers;
+    use crate::Engine;
+
+    #[tokio::test(flavor = "current_thread")]
+    async fn dropping_the_run_future_stops_the_heartbeat_too() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let url = format!("sqlite://{}", dir.path().join("worker.db").display());
+        let store = crate::store::connect(&url).await.expect("store");
+        let engine = Engine::new(store, Handlers::new()).expect("engine");
+        let worker = engine
+            .worker(WorkerConfig::default().with_lease(Duration::from_millis(300)))
+            .expect("worker");
+        let metrics = tokio::runtime::Handle::current().metrics();
+        let running = tokio::spawn(worker.run(CancellationToken::new()));
+        // Past a few heartbeats, so the worker's tasks are all running.
+        tokio::time::sleep(Duration::from_millis(400)).await;
+        let while_running = metrics.num_alive_tasks();
+        running.abort();
+        assert!(running.await.is_err_and(|join| join.is_cancelled()));
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        let after = metrics.num_alive_tasks();
+        assert!(
+            after + 2 <= while_running,
+            "the worker's run and its heartbeat both end: {while_running} tasks, then {after}"
+        );
     }
 }
