@@ -3,27 +3,14 @@
 //! `docs/guarantees.md`; each failed check is a violation naming it.
 
 use std::collections::{BTreeMap, HashMap};
-use std::time::Duration;
 
 use tickmark::store::sqlite::SqliteStore;
 
 use crate::db::DbThread;
+use crate::deliveries::Delivered;
 use crate::journal::Journal;
 use crate::steps::{LEDGER_POSITION, PAYMENT};
 use crate::SimError;
-
-/// One event of the run and when each copy of it was delivered.
-#[derive(Debug, Clone)]
-pub struct Delivered {
-    /// Its provider id (the dedup key).
-    pub id: String,
-    /// Its kind.
-    pub kind: String,
-    /// Its body.
-    pub payload: serde_json::Value,
-    /// When each copy is sent, from the start.
-    pub copies: Vec<Duration>,
-}
 
 /// Counts the checks made, and records the failed ones in the journal.
 struct Checks<'a> {

@@ -33,6 +33,8 @@ pub enum Fault {
     OperatorCancel,
     /// An operator retries a dead event.
     OperatorRetry,
+    /// An operator re-runs a done event from a step.
+    OperatorRetryFromStep,
     /// An operator skips a dead event's failed step.
     OperatorSkip,
 }
@@ -49,6 +51,7 @@ impl Fault {
             Fault::DuplicateDelivery => "duplicate delivery",
             Fault::OperatorCancel => "operator cancel",
             Fault::OperatorRetry => "operator retry",
+            Fault::OperatorRetryFromStep => "operator retry from a step",
             Fault::OperatorSkip => "operator skip",
         }
     }
@@ -186,6 +189,13 @@ impl Journal {
             facts.current_token.insert(seq, None);
             facts.lease_until.remove(&seq);
         });
+    }
+
+    /// An operator asked `seq` to run again from step `from`: those steps
+    /// may start again, by request, and are marked anew.
+    pub fn operator_rerun(&self, seq: i64, from: i32) {
+        self.operator_changed(seq);
+        self.with(|facts| facts.marked_done.retain(|&(s, p), _| s != seq || p < from));
     }
 
     /// Step `position` of `seq` was marked done (journal entry `entry`).

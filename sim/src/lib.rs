@@ -13,12 +13,15 @@
 //! # Ok::<(), tickmark_sim::SimError>(())
 //! ```
 
+mod chaos;
 mod clock;
 mod db;
+mod deliveries;
 mod dice;
 mod invariants;
 mod journal;
 mod process;
+mod sim_store;
 mod steps;
 mod variant;
 mod world;

@@ -28,8 +28,8 @@ struct Args {
     /// The store variant: `correct`, or a deliberately broken one.
     #[arg(long, value_enum, default_value_t = Variant::Correct)]
     variant: Variant,
-    /// For each broken variant, run seeds until it is caught (at most
-    /// `--seeds`); fail if one is not caught.
+    /// Run `--seeds` seeds against each broken variant: report the first
+    /// that caught it and how many did; fail if one is never caught.
     #[arg(long)]
     broken: bool,
     /// Run the first seed twice and fail unless both traces agree.
@@ -198,22 +198,33 @@ fn check_replay(seed: u64, variant: Variant) -> bool {
     same
 }
 
-/// Run seeds against a broken variant until a violation is found.
+/// Run seeds against a broken variant: it must be caught. Reports the first
+/// seed that caught it and how many of the seeds did.
 fn catch(variant: Variant, from: u64, seeds: u64) -> bool {
-    for (n, seed) in (from..from + seeds).enumerate() {
+    let mut first: Option<(u64, String)> = None;
+    let mut caught = 0;
+    for seed in from..from + seeds {
         let Some(report) = one(seed, variant) else {
             return false;
         };
-        if let Some(first) = report.violations.first() {
-            println!(
-                "{}: caught after {} seed(s), at seed {seed}: {first}\n  replay: {}",
-                variant.name(),
-                n + 1,
-                replay_command(seed, variant)
-            );
-            return true;
+        if let Some(violation) = report.violations.first() {
+            caught += 1;
+            first.get_or_insert((seed, violation.clone()));
         }
     }
-    println!("{}: NOT caught in {seeds} seeds", variant.name());
-    false
+    match first {
+        Some((seed, violation)) => {
+            println!(
+                "{}: caught by {caught} of {seeds} seeds; first after {} seed(s), at seed {seed}: {violation}\n  replay: {}",
+                variant.name(),
+                seed - from + 1,
+                replay_command(seed, variant)
+            );
+            true
+        }
+        None => {
+            println!("{}: NOT caught in {seeds} seeds", variant.name());
+            false
+        }
+    }
 }

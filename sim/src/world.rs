@@ -10,59 +10,65 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use tickmark::operator::{Actor, Operations, RetryRequest};
 use tickmark::store::sqlite::{SqliteOptions, SqliteStore};
 use tickmark::store::Store;
-use tickmark::{Engine, EventState, NewEvent, WorkerConfig};
+use tickmark::{Engine, WorkerConfig};
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
+use crate::chaos::chaos;
 use crate::clock::SimClock;
 use crate::db::DbThread;
+use crate::deliveries::{plan_deliveries, send};
 use crate::dice::Dice;
-use crate::invariants::{check, Delivered};
-use crate::journal::{Fault, Journal};
-use crate::process::{FaultSwitch, ProcessState, SimStore, World};
-use crate::steps::{handlers, SimContext, LEDGER_TABLE, ORDERED, PAYMENT, SOURCE};
+use crate::invariants::check;
+use crate::journal::Journal;
+use crate::process::{FaultSwitch, ProcessState};
+use crate::sim_store::{SimStore, World};
+use crate::steps::{handlers, SimContext, LEDGER_TABLE};
 use crate::variant::Variant;
 use crate::{RunReport, SimError};
 
 /// How many worker processes share the file.
 const PROCESSES: usize = 3;
-/// Deliveries arrive within this long of the start.
-const DELIVERIES_WITHIN: Duration = Duration::from_secs(60);
-/// Faults are injected for this long.
-const CHAOS_FOR: Duration = Duration::from_secs(90);
 /// After the faults stop, every event must be final within this long.
 const SETTLE_WITHIN: Duration = Duration::from_secs(30 * 60);
 /// The workers' lease.
-const LEASE: Duration = Duration::from_secs(10);
+pub const LEASE: Duration = Duration::from_secs(10);
 
 /// One process slot: its current incarnation.
-struct Slot {
-    state: Arc<ProcessState>,
-    engine: Engine,
-    task: JoinHandle<()>,
-    incarnation: u32,
+pub struct Slot {
+    /// The incarnation's life.
+    pub state: Arc<ProcessState>,
+    /// Its engine (deliveries are accepted through it).
+    pub engine: Engine,
+    /// Its worker's task.
+    pub task: JoinHandle<()>,
+    /// How many times the process has started before.
+    pub incarnation: u32,
 }
 
 /// Everything a run shares between its tasks.
 #[derive(Clone)]
-struct Run {
-    world: World,
-    stores: Vec<Arc<SqliteStore>>,
-    slots: Arc<Mutex<Vec<Slot>>>,
-    clock: SimClock,
+pub struct Run {
+    /// What the processes' stores share.
+    pub world: World,
+    /// Each process slot's store, kept across its incarnations.
+    pub stores: Vec<Arc<SqliteStore>>,
+    /// The processes.
+    pub slots: Arc<Mutex<Vec<Slot>>>,
+    /// The simulated clock.
+    pub clock: SimClock,
 }
 
 impl Run {
-    fn slots(&self) -> std::sync::MutexGuard<'_, Vec<Slot>> {
+    pub fn slots(&self) -> std::sync::MutexGuard<'_, Vec<Slot>> {
         self.slots.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     /// Start incarnation `incarnation` of process `index`.
-    fn start(&self, index: usize, incarnation: u32) -> Result<Slot, SimError> {
+    pub fn start(&self, index: usize, incarnation: u32) -> Result<Slot, SimError> {
         let name = format!("p{index}.{incarnation}");
         let state = ProcessState::new(name.clone());
         let inner = Arc::clone(&self.stores[index]);
@@ -100,7 +106,7 @@ impl Run {
     }
 
     /// A process that can take a delivery now (alive and not paused).
-    fn receiver(&self) -> Option<(Engine, Arc<ProcessState>)> {
+    pub fn receiver(&self) -> Option<(Engine, Arc<ProcessState>)> {
         let slots = self.slots();
         let up: Vec<usize> = (0..slots.len())
             .filter(|&i| !slots[i].state.is_crashed() && !slots[i].state.is_paused())
@@ -239,232 +245,6 @@ async fn run_in_runtime(seed: u64, variant: Variant) -> Result<RunReport, SimErr
         simulated: clock.elapsed(),
         trace: journal.trace(),
     })
-}
-
-/// The events of a run and when each copy of each is delivered.
-fn plan_deliveries(dice: &Dice, journal: &Journal) -> Vec<Delivered> {
-    let count = 12 + dice.below(0..13) as usize;
-    let mut next_seq = [0i64; 2];
-    (0..count)
-        .map(|i| {
-            let ordered = dice.chance(0.3);
-            let (kind, payload) = if ordered {
-                let account = dice.below(0..2) as usize;
-                next_seq[account] += 1;
-                (
-                    ORDERED,
-                    serde_json::json!({ "account": format!("acct_{account}"), "seq": next_seq[account] }),
-                )
-            } else {
-                (PAYMENT, serde_json::json!({ "amount": 100 + i }))
-            };
-            let mut copies = vec![dice.millis(0..DELIVERIES_WITHIN.as_millis() as u64)];
-            while copies.len() < 3 && dice.chance(0.3) {
-                copies.push(dice.millis(0..DELIVERIES_WITHIN.as_millis() as u64));
-            }
-            let id = format!("evt_{i}");
-            if copies.len() > 1 {
-                journal.fault(
-                    Fault::DuplicateDelivery,
-                    format!("{id} is delivered {} times", copies.len()),
-                );
-            }
-            Delivered {
-                id,
-                kind: kind.to_owned(),
-                payload,
-                copies,
-            }
-        })
-        .collect()
-}
-
-/// Send one copy of a delivery at `at`, retrying (as providers do) until a
-/// process answers.
-async fn send(run: Run, delivery: Delivered, at: Duration, acknowledged: Arc<AtomicUsize>) {
-    tokio::time::sleep(at).await;
-    let journal = &run.world.journal;
-    loop {
-        let Some((engine, process)) = run.receiver() else {
-            tokio::time::sleep(Duration::from_millis(500)).await;
-            continue;
-        };
-        let event = NewEvent::with_id(
-            SOURCE,
-            &delivery.id,
-            &delivery.kind,
-            delivery.payload.clone(),
-        );
-        let name = &process.name;
-        // A crash breaks the connection: the sender sees an error, not a hang.
-        let answer = tokio::select! {
-            biased;
-            answer = engine.accept(event) => answer.map_err(|error| error.to_string()),
-            _ = process.died().cancelled() => Err("connection reset: the process crashed".to_owned()),
-        };
-        match answer {
-            Ok(accepted) => {
-                if accepted.is_new() {
-                    journal.answered_new(&delivery.id);
-                }
-                journal.note(format!(
-                    "deliver {} to {name}: 200 ({})",
-                    delivery.id,
-                    if accepted.is_new() {
-                        "new"
-                    } else {
-                        "duplicate"
-                    }
-                ));
-                acknowledged.fetch_add(1, Ordering::SeqCst);
-                return;
-            }
-            Err(error) => {
-                journal.note(format!(
-                    "deliver {} to {name}: 503 ({error}); the sender retries",
-                    delivery.id
-                ));
-                tokio::time::sleep(run.world.dice.millis(500..3_000)).await;
-            }
-        }
-    }
-}
-
-/// Inject faults for `CHAOS_FOR`.
-async fn chaos(run: &Run) -> Result<(), SimError> {
-    let dice = &run.world.dice;
-    let journal = &run.world.journal;
-    let mut restarts: Vec<(Instant, usize)> = Vec::new();
-    let start = Instant::now();
-    while start.elapsed() < CHAOS_FOR {
-        tokio::time::sleep(dice.millis(300..5_000)).await;
-        let now = Instant::now();
-        let due: Vec<usize> = restarts
-            .iter()
-            .filter(|(at, _)| *at <= now)
-            .map(|&(_, i)| i)
-            .collect();
-        restarts.retain(|(at, _)| *at > now);
-        for index in due {
-            let incarnation = run.slots()[index].incarnation + 1;
-            let slot = run.start(index, incarnation)?;
-            run.slots()[index] = slot;
-        }
-        let roll = dice.below(0..100);
-        match roll {
-            0..=24 => {
-                let alive: Vec<usize> = {
-                    let slots = run.slots();
-                    (0..slots.len())
-                        .filter(|&i| !slots[i].state.is_crashed())
-                        .collect()
-                };
-                if let Some(&index) = dice.pick(&alive) {
-                    let slots = run.slots();
-                    journal.fault(Fault::Crash, &slots[index].state.name);
-                    slots[index].state.crash();
-                    slots[index].task.abort();
-                    restarts.push((now + dice.millis(500..15_000), index));
-                }
-            }
-            25..=39 => {
-                let slots = run.slots();
-                let up: Vec<usize> = (0..slots.len())
-                    .filter(|&i| !slots[i].state.is_crashed() && !slots[i].state.is_paused())
-                    .collect();
-                if let Some(&index) = dice.pick(&up) {
-                    let pause = dice.millis(LEASE.as_millis() as u64 + 1_000..40_000);
-                    journal.fault(
-                        Fault::Pause,
-                        format!(
-                            "{} for {:.1}s",
-                            slots[index].state.name,
-                            pause.as_secs_f64()
-                        ),
-                    );
-                    slots[index].state.pause_until(now + pause);
-                }
-            }
-            40..=47 => {
-                let by = dice.millis(2_000..30_000);
-                journal.fault(
-                    Fault::ClockJump,
-                    format!("wall clock +{:.1}s", by.as_secs_f64()),
-                );
-                run.clock.jump(by);
-            }
-            48..=79 => operator_action(run).await?,
-            _ => {}
-        }
-    }
-    Ok(())
-}
-
-/// An operator acts on a random event, as `tickmark events …` would.
-async fn operator_action(run: &Run) -> Result<(), SimError> {
-    let dice = &run.world.dice;
-    let journal = &run.world.journal;
-    let store = &run.stores[0];
-    let db = &run.world.db;
-    let last: Option<i64> = db
-        .block(sqlx::query_scalar("SELECT max(id) FROM tickmark_events").fetch_one(store.pool()))?;
-    let Some(last) = last else { return Ok(()) };
-    let seq = 1 + dice.below(0..last as u64) as i64;
-    let Some(record) = db.block(store.event_get(seq))? else {
-        return Ok(());
-    };
-    let actor = Actor {
-        who: "sim-operator",
-        reason: Some("simulated"),
-    };
-    let (fault, done) = match record.state {
-        EventState::Dead if dice.chance(0.5) => {
-            let request = RetryRequest {
-                event_seq: seq,
-                from_step: None,
-                force: false,
-                actor,
-            };
-            (
-                Fault::OperatorRetry,
-                db.block(store.event_retry(&request)).map(|_| ()),
-            )
-        }
-        EventState::Dead => {
-            let step = current_step_name(&record.event.kind, record.next_step);
-            (
-                Fault::OperatorSkip,
-                db.block(store.step_skip(seq, step, actor)).map(|_| ()),
-            )
-        }
-        EventState::Pending | EventState::Running if dice.chance(0.3) => (
-            Fault::OperatorCancel,
-            db.block(store.event_cancel(seq, actor)).map(|_| ()),
-        ),
-        _ => return Ok(()),
-    };
-    match done {
-        Ok(()) => {
-            journal.operator_changed(seq);
-            journal.fault(fault, format!("e{seq} ({}): done", record.state.as_str()));
-        }
-        Err(error) => {
-            journal.note(format!(
-                "operator {} on e{seq} refused: {error}",
-                fault.name()
-            ));
-        }
-    }
-    Ok(())
-}
-
-fn current_step_name(kind: &str, next_step: i32) -> &'static str {
-    match (kind, next_step) {
-        (PAYMENT, 0) => "charge",
-        (PAYMENT, 1) => "ledger",
-        (PAYMENT, _) => "receipt",
-        _ => "apply",
-    }
 }
 
 /// Events not yet in a final state.

@@ -1,0 +1,498 @@
+//! The store one simulated process talks through. [`SimStore`] wraps the
+//! real SQLite store: every call waits while the process is paused, takes a
+//! seeded moment of latency (a point where the simulation may do something
+//! else, or crash the process), may fail before reaching the database or
+//! after committing, runs to completion on the database thread, and is
+//! traced and checked as it returns.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+use tickmark::store::admin::{
+    Admin, AuditEntry, Decide, EventFilter, KeySlots, StatusReport, TransitionError,
+};
+use tickmark::store::sqlite::SqliteStore;
+use tickmark::store::{
+    Backend, ClaimParams, ClaimedEvent, EventCounts, EventInsert, EventRecord, InsertOutcome,
+    Lease, MarkDone, MarkFailed, PlanGroup, RateTake, RateTaken, Release, SequenceCheck,
+    StepStatus, StepTransaction, Store, StoreError, WaitSettled, WaitStep, Wakeups,
+};
+
+use crate::db::DbThread;
+use crate::dice::Dice;
+use crate::journal::{Fault, Journal};
+use crate::process::{FaultSwitch, ProcessState};
+use crate::variant::Variant;
+
+/// What every process's store shares.
+#[derive(Debug, Clone)]
+pub struct World {
+    /// The database thread.
+    pub db: Arc<DbThread>,
+    /// The seeded dice.
+    pub dice: Dice,
+    /// The journal.
+    pub journal: Journal,
+    /// Fault rates, and whether they apply now.
+    pub faults: Arc<FaultSwitch>,
+    /// Which store variant runs.
+    pub variant: Variant,
+}
+
+/// The store one process incarnation talks through.
+#[derive(Debug)]
+pub struct SimStore {
+    inner: Arc<SqliteStore>,
+    process: Arc<ProcessState>,
+    world: World,
+}
+
+fn injected(what: &str) -> StoreError {
+    StoreError::Unavailable(sqlx::Error::Protocol(format!(
+        "simulated failure of {what}"
+    )))
+}
+
+impl SimStore {
+    /// `process`'s view of the shared store `inner`.
+    pub fn new(inner: Arc<SqliteStore>, process: Arc<ProcessState>, world: World) -> Self {
+        Self {
+            inner,
+            process,
+            world,
+        }
+    }
+
+    fn journal(&self) -> &Journal {
+        &self.world.journal
+    }
+
+    /// Everything before the call reaches the database: a crashed process
+    /// must not get here; a paused one waits; then a seeded moment of
+    /// latency, and perhaps a failure.
+    async fn before(&self, what: &str, latency: bool) -> Result<(), StoreError> {
+        if latency {
+            self.process.await_running().await;
+            self.process.sleep(self.world.dice.millis(0..4)).await;
+        }
+        if self.process.is_crashed() {
+            if self.process.crashed_before_now() {
+                self.journal().violation(format!(
+                    "{} called the store ({what}) after it crashed: a task of it outlived the crash",
+                    self.process.name
+                ));
+            }
+            std::future::pending::<()>().await
+        }
+        if self.world.faults.is_on() && self.world.dice.chance(self.world.faults.fail_before) {
+            self.journal().fault(
+                Fault::StoreFailsBefore,
+                format!("{} {what}", self.process.name),
+            );
+            return Err(injected(what));
+        }
+        Ok(())
+    }
+
+    /// After a write: it may be reported failed although it committed.
+    fn after<T>(&self, what: &str, result: Result<T, StoreError>) -> Result<T, StoreError> {
+        if result.is_ok()
+            && self.world.faults.is_on()
+            && self.world.dice.chance(self.world.faults.fail_after)
+        {
+            self.journal().fault(
+                Fault::StoreFailsAfterCommit,
+                format!("{} {what}", self.process.name),
+            );
+            return Err(injected(what));
+        }
+        result
+    }
+
+    fn trace(&self, line: String) -> u64 {
+        self.journal().note(format!("{} {line}", self.process.name))
+    }
+
+    async fn current_token(&self, seq: i64) -> Option<i64> {
+        let pool = self.inner.pool();
+        self.world
+            .db
+            .block(
+                sqlx::query_scalar::<_, i64>(
+                    "SELECT lease_token FROM tickmark_events WHERE id = ?",
+                )
+                .bind(seq)
+                .fetch_optional(pool),
+            )
+            .ok()
+            .flatten()
+    }
+
+    fn lease_until(&self, lease_for: Duration) -> DateTime<Utc> {
+        self.journal().now() + chrono::Duration::from_std(lease_for).unwrap_or_default()
+    }
+}
+
+fn outcome_of<T>(result: &Result<T, StoreError>) -> String {
+    match result {
+        Ok(_) => "ok".to_owned(),
+        Err(StoreError::LeaseLost { .. }) => "lease lost".to_owned(),
+        Err(error) if error.is_transient() => "failed (transient)".to_owned(),
+        Err(error) => format!("error: {error}"),
+    }
+}
+
+#[async_trait::async_trait]
+impl Store for SimStore {
+    fn backend(&self) -> Backend {
+        Backend::Sqlite
+    }
+
+    async fn migrate(&self) -> Result<(), StoreError> {
+        self.world.db.block(self.inner.migrate())
+    }
+
+    async fn event_insert(&self, event: &EventInsert<'_>) -> Result<InsertOutcome, StoreError> {
+        let what = format!("insert {}", event.dedup_key);
+        self.before(&what, true).await?;
+        let result = self.world.db.block(self.inner.event_insert(event));
+        let said = match &result {
+            Ok(InsertOutcome::New(seq)) => format!("new, event {seq}"),
+            Ok(InsertOutcome::Duplicate) => "duplicate".to_owned(),
+            Err(_) => outcome_of(&result),
+        };
+        self.trace(format!("{what} -> {said}"));
+        let result = self.after(&what, result);
+        self.process.sleep(self.world.dice.millis(0..3)).await;
+        result
+    }
+
+    async fn event_claim_many(
+        &self,
+        params: &ClaimParams<'_>,
+    ) -> Result<Vec<ClaimedEvent>, StoreError> {
+        self.before("claim", true).await?;
+        if self.world.variant == Variant::ClaimIgnoresExpiry {
+            // Broken on purpose: every running lease looks expired.
+            let pool = self.inner.pool();
+            let _ = self.world.db.block(
+                sqlx::query("UPDATE tickmark_events SET due_at = '2000-01-01T00:00:00.000Z' WHERE state = 'running'")
+                    .execute(pool),
+            );
+        }
+        let result = self.world.db.block(self.inner.event_claim_many(params));
+        if let Ok(claimed) = &result {
+            if !claimed.is_empty() {
+                let until = self.lease_until(params.lease_for);
+                let listed: Vec<String> = claimed
+                    .iter()
+                    .map(|c| {
+                        format!(
+                            "e{}@{} step {}{}",
+                            c.lease.event_seq,
+                            c.lease.token,
+                            c.next_step,
+                            if c.took_over { " (took over)" } else { "" }
+                        )
+                    })
+                    .collect();
+                self.trace(format!("claim -> {}", listed.join(", ")));
+                for c in claimed {
+                    self.journal()
+                        .claimed(c.lease.event_seq, c.lease.token, until, c.took_over);
+                }
+            }
+        } else {
+            self.trace(format!("claim -> {}", outcome_of(&result)));
+        }
+        let result = self.after("claim", result);
+        self.process.sleep(self.world.dice.millis(0..3)).await;
+        result
+    }
+
+    async fn event_heartbeat_many(
+        &self,
+        leases: &[Lease],
+        lease_for: Duration,
+    ) -> Result<Vec<i64>, StoreError> {
+        self.before("heartbeat", true).await?;
+        let result = self
+            .world
+            .db
+            .block(self.inner.event_heartbeat_many(leases, lease_for));
+        if let Ok(renewed) = &result {
+            let until = self.lease_until(lease_for);
+            let mut sorted: Vec<&Lease> = leases.iter().collect();
+            sorted.sort_by_key(|l| l.event_seq);
+            let listed: Vec<String> = sorted
+                .iter()
+                .map(|l| {
+                    let kept = renewed.contains(&l.event_seq);
+                    format!(
+                        "e{}@{}{}",
+                        l.event_seq,
+                        l.token,
+                        if kept { "" } else { " lost" }
+                    )
+                })
+                .collect();
+            self.trace(format!("heartbeat {}", listed.join(", ")));
+            for lease in leases.iter().filter(|l| renewed.contains(&l.event_seq)) {
+                self.journal().renewed(lease.event_seq, lease.token, until);
+            }
+        } else {
+            self.trace(format!("heartbeat -> {}", outcome_of(&result)));
+        }
+        let result = self.after("heartbeat", result);
+        self.process.sleep(self.world.dice.millis(0..3)).await;
+        result
+    }
+
+    async fn event_release(&self, lease: &Lease, release: &Release<'_>) -> Result<(), StoreError> {
+        let what = format!("release e{}@{}", lease.event_seq, lease.token);
+        self.before(&what, true).await?;
+        let result = self
+            .world
+            .db
+            .block(self.inner.event_release(lease, release));
+        self.trace(format!("{what} -> {}", outcome_of(&result)));
+        if result.is_ok() {
+            self.journal()
+                .fenced_write_succeeded(lease.event_seq, lease.token, "a release");
+        }
+        let result = self.after(&what, result);
+        self.process.sleep(self.world.dice.millis(0..3)).await;
+        result
+    }
+
+    async fn rate_take(&self, take: &RateTake<'_>) -> Result<RateTaken, StoreError> {
+        self.before("rate take", true).await?;
+        self.world.db.block(self.inner.rate_take(take))
+    }
+
+    async fn step_wait(&self, wait: &WaitStep<'_>) -> Result<WaitSettled, StoreError> {
+        self.before("wait", true).await?;
+        self.world.db.block(self.inner.step_wait(wait))
+    }
+
+    async fn event_progress(
+        &self,
+        lease: &Lease,
+        fraction: f32,
+        message: &str,
+    ) -> Result<(), StoreError> {
+        self.before("progress", true).await?;
+        self.world
+            .db
+            .block(self.inner.event_progress(lease, fraction, message))
+    }
+
+    async fn event_sequence_check(
+        &self,
+        lease: &Lease,
+        resource_key: &str,
+        resource_seq: i64,
+    ) -> Result<SequenceCheck, StoreError> {
+        let what = format!(
+            "sequence check e{}@{} {resource_key}#{resource_seq}",
+            lease.event_seq, lease.token
+        );
+        self.before(&what, true).await?;
+        let result = self.world.db.block(self.inner.event_sequence_check(
+            lease,
+            resource_key,
+            resource_seq,
+        ));
+        let said = match &result {
+            Ok(SequenceCheck::Apply) => "apply".to_owned(),
+            Ok(SequenceCheck::Stale { last_seq }) => format!("stale (last {last_seq})"),
+            Err(_) => outcome_of(&result),
+        };
+        self.trace(format!("{what} -> {said}"));
+        if result.is_ok() {
+            self.journal()
+                .fenced_write_succeeded(lease.event_seq, lease.token, "a sequence check");
+        }
+        let result = self.after(&what, result);
+        self.process.sleep(self.world.dice.millis(0..3)).await;
+        result
+    }
+
+    async fn event_park(&self, lease: &Lease, reason: &str) -> Result<(), StoreError> {
+        let what = format!("park e{}@{}", lease.event_seq, lease.token);
+        self.before(&what, true).await?;
+        let result = self.world.db.block(self.inner.event_park(lease, reason));
+        self.trace(format!("{what} ({reason}) -> {}", outcome_of(&result)));
+        result
+    }
+
+    async fn event_next_due(&self) -> Result<Option<Duration>, StoreError> {
+        self.before("next due", true).await?;
+        self.world.db.block(self.inner.event_next_due())
+    }
+
+    async fn event_count_active(&self) -> Result<i64, StoreError> {
+        self.world.db.block(self.inner.event_count_active())
+    }
+
+    async fn event_counts(&self) -> Result<EventCounts, StoreError> {
+        self.world.db.block(self.inner.event_counts())
+    }
+
+    async fn plans_unfinished(&self) -> Result<Vec<PlanGroup>, StoreError> {
+        self.world.db.block(self.inner.plans_unfinished())
+    }
+
+    async fn event_get(&self, event_seq: i64) -> Result<Option<EventRecord>, StoreError> {
+        self.world.db.block(self.inner.event_get(event_seq))
+    }
+
+    async fn event_find(
+        &self,
+        source: &str,
+        dedup_key: &str,
+    ) -> Result<Option<EventRecord>, StoreError> {
+        self.world
+            .db
+            .block(self.inner.event_find(source, dedup_key))
+    }
+
+    async fn step_outputs(
+        &self,
+        event_seq: i64,
+    ) -> Result<Vec<(i32, serde_json::Value)>, StoreError> {
+        self.before("load outputs", true).await?;
+        self.world.db.block(self.inner.step_outputs(event_seq))
+    }
+
+    async fn step_transaction_begin(&self) -> Result<StepTransaction, StoreError> {
+        self.before("begin", true).await?;
+        let result = self.world.db.block(self.inner.step_transaction_begin());
+        self.trace(format!("begin step transaction -> {}", outcome_of(&result)));
+        result
+    }
+
+    async fn step_mark_done(
+        &self,
+        mark: &MarkDone<'_>,
+        transaction: Option<StepTransaction>,
+    ) -> Result<(), StoreError> {
+        let lease = mark.lease;
+        let what = format!(
+            "mark e{}@{} step {} ({}) {}",
+            lease.event_seq,
+            lease.token,
+            mark.position,
+            mark.step,
+            if mark.skipped { "skipped" } else { "done" }
+        );
+        // A transactional step's mark follows its writes with no pause: the
+        // open transaction holds the database's write lock, which every
+        // other call of the simulation, on this one thread, would wait for.
+        self.before(&what, transaction.is_none()).await?;
+        let mut sent = mark.clone();
+        if self.world.variant == Variant::MarkIgnoresFence {
+            // Broken on purpose: mark with whatever token the event has now.
+            if let Some(token) = self.current_token(lease.event_seq).await {
+                sent.lease.token = token;
+            }
+        }
+        let result = self
+            .world
+            .db
+            .block(self.inner.step_mark_done(&sent, transaction));
+        let entry = self.trace(format!("{what} -> {}", outcome_of(&result)));
+        if result.is_ok() {
+            self.journal()
+                .fenced_write_succeeded(lease.event_seq, lease.token, "a mark");
+            self.journal()
+                .marked_done(lease.event_seq, mark.position, entry);
+        }
+        let result = self.after(&what, result);
+        self.process.sleep(self.world.dice.millis(0..3)).await;
+        result
+    }
+
+    async fn step_mark_failed(&self, mark: &MarkFailed<'_>) -> Result<(), StoreError> {
+        let lease = mark.lease;
+        let what = format!(
+            "mark e{}@{} step {} ({}) failed, {:?}",
+            lease.event_seq, lease.token, mark.position, mark.step, mark.then
+        );
+        self.before(&what, true).await?;
+        let result = self.world.db.block(self.inner.step_mark_failed(mark));
+        self.trace(format!("{what} -> {}", outcome_of(&result)));
+        if result.is_ok() {
+            self.journal()
+                .fenced_write_succeeded(lease.event_seq, lease.token, "a failure mark");
+        }
+        let result = self.after(&what, result);
+        self.process.sleep(self.world.dice.millis(0..3)).await;
+        result
+    }
+
+    async fn step_status(&self, event_seq: i64) -> Result<Vec<StepStatus>, StoreError> {
+        self.world.db.block(self.inner.step_status(event_seq))
+    }
+
+    async fn wakeups(&self) -> Result<Wakeups, StoreError> {
+        self.world.db.block(self.inner.wakeups())
+    }
+}
+
+#[async_trait::async_trait]
+impl Admin for SimStore {
+    async fn status(&self, minutes: u32) -> Result<StatusReport, StoreError> {
+        self.world.db.block(self.inner.status(minutes))
+    }
+
+    async fn event_list(&self, filter: &EventFilter) -> Result<Vec<EventRecord>, StoreError> {
+        self.world.db.block(self.inner.event_list(filter))
+    }
+
+    async fn event_lookup(
+        &self,
+        id: &str,
+        source: Option<&str>,
+    ) -> Result<Vec<EventRecord>, StoreError> {
+        self.world.db.block(self.inner.event_lookup(id, source))
+    }
+
+    async fn audit_list(&self, event_seq: i64) -> Result<Vec<AuditEntry>, StoreError> {
+        self.world.db.block(self.inner.audit_list(event_seq))
+    }
+
+    async fn event_plan(&self, event_seq: i64) -> Result<Option<serde_json::Value>, StoreError> {
+        self.world.db.block(self.inner.event_plan(event_seq))
+    }
+
+    async fn event_key_slots(&self, event_seq: i64) -> Result<Option<KeySlots>, StoreError> {
+        self.world.db.block(self.inner.event_key_slots(event_seq))
+    }
+
+    async fn event_transition(
+        &self,
+        event_seq: i64,
+        decide: &Decide<'_>,
+    ) -> Result<EventRecord, TransitionError> {
+        self.world
+            .db
+            .block(self.inner.event_transition(event_seq, decide))
+    }
+
+    async fn event_prune(
+        &self,
+        older_than: Duration,
+        include_dead: bool,
+        batch: u32,
+    ) -> Result<u64, StoreError> {
+        self.world
+            .db
+            .block(self.inner.event_prune(older_than, include_dead, batch))
+    }
+
+    async fn sources(&self) -> Result<Vec<String>, StoreError> {
+        self.world.db.block(self.inner.sources())
+    }
+}
