@@ -5,6 +5,7 @@
 //! after committing, runs to completion on the database thread, and is
 //! traced and checked as it returns.
 
+use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -110,11 +111,49 @@ impl SimStore {
         result
     }
 
+    /// One write of this process, as the simulation wraps it: pauses,
+    /// latency and an injected failure before; the call, run to completion;
+    /// its trace line (`said`: `None` for one not worth a line); the check
+    /// of its fencing and what `observe` records; perhaps a failure reported
+    /// although it committed; latency after.
+    async fn write<T, Fut>(
+        &self,
+        write: Write<'_>,
+        call: impl FnOnce() -> Fut,
+        said: impl FnOnce(&T) -> Option<String>,
+        observe: impl FnOnce(&T, u64),
+    ) -> Result<T, StoreError>
+    where
+        T: Send,
+        Fut: Future<Output = Result<T, StoreError>> + Send,
+    {
+        self.before(&write.what, write.latency).await?;
+        let result = self.world.db.block(call());
+        let line = match &result {
+            Ok(value) => said(value),
+            Err(_) => Some(outcome_of(&result)),
+        };
+        let entry = match line {
+            Some(line) => self.trace(format!("{} -> {line}", write.what)),
+            None => 0,
+        };
+        if let Ok(value) = &result {
+            if let Some((lease, kind)) = write.fenced {
+                self.journal()
+                    .fenced_write_succeeded(lease.event_seq, lease.token, kind);
+            }
+            observe(value, entry);
+        }
+        let result = self.after(&write.what, result);
+        self.process.sleep(self.world.dice.millis(0..3)).await;
+        result
+    }
+
     fn trace(&self, line: String) -> u64 {
         self.journal().note(format!("{} {line}", self.process.name))
     }
 
-    async fn current_token(&self, seq: i64) -> Option<i64> {
+    fn current_token(&self, seq: i64) -> Option<i64> {
         let pool = self.inner.pool();
         self.world
             .db
@@ -132,6 +171,44 @@ impl SimStore {
     fn lease_until(&self, lease_for: Duration) -> DateTime<Utc> {
         self.journal().now() + chrono::Duration::from_std(lease_for).unwrap_or_default()
     }
+}
+
+/// How the simulation wraps one write (see [`SimStore::write`]).
+struct Write<'a> {
+    what: String,
+    latency: bool,
+    /// The lease the write is fenced by, and what it is: when the write
+    /// succeeds, that lease must be the current one.
+    fenced: Option<(Lease, &'a str)>,
+}
+
+impl<'a> Write<'a> {
+    fn new(what: String) -> Self {
+        Self {
+            what,
+            latency: true,
+            fenced: None,
+        }
+    }
+
+    fn fenced(self, lease: Lease, kind: &'a str) -> Self {
+        Self {
+            fenced: Some((lease, kind)),
+            ..self
+        }
+    }
+
+    fn without_latency_if(self, no_latency: bool) -> Self {
+        Self {
+            latency: !no_latency,
+            ..self
+        }
+    }
+}
+
+/// The trace says "ok" for a write with nothing more to say.
+fn ok<T>(_: &T) -> Option<String> {
+    Some("ok".to_owned())
 }
 
 fn outcome_of<T>(result: &Result<T, StoreError>) -> String {
@@ -154,61 +231,63 @@ impl Store for SimStore {
     }
 
     async fn event_insert(&self, event: &EventInsert<'_>) -> Result<InsertOutcome, StoreError> {
-        let what = format!("insert {}", event.dedup_key);
-        self.before(&what, true).await?;
-        let result = self.world.db.block(self.inner.event_insert(event));
-        let said = match &result {
-            Ok(InsertOutcome::New(seq)) => format!("new, event {seq}"),
-            Ok(InsertOutcome::Duplicate) => "duplicate".to_owned(),
-            Err(_) => outcome_of(&result),
-        };
-        self.trace(format!("{what} -> {said}"));
-        let result = self.after(&what, result);
-        self.process.sleep(self.world.dice.millis(0..3)).await;
-        result
+        let write = Write::new(format!("insert {}", event.dedup_key));
+        self.write(
+            write,
+            || self.inner.event_insert(event),
+            |outcome| {
+                Some(match outcome {
+                    InsertOutcome::New(seq) => format!("new, event {seq}"),
+                    InsertOutcome::Duplicate => "duplicate".to_owned(),
+                })
+            },
+            |_, _| {},
+        )
+        .await
     }
 
     async fn event_claim_many(
         &self,
         params: &ClaimParams<'_>,
     ) -> Result<Vec<ClaimedEvent>, StoreError> {
-        self.before("claim", true).await?;
-        if self.world.variant == Variant::ClaimIgnoresExpiry {
-            // Broken on purpose: every running lease looks expired.
-            let pool = self.inner.pool();
-            let _ = self.world.db.block(
-                sqlx::query("UPDATE tickmark_events SET due_at = '2000-01-01T00:00:00.000Z' WHERE state = 'running'")
-                    .execute(pool),
-            );
-        }
-        let result = self.world.db.block(self.inner.event_claim_many(params));
-        if let Ok(claimed) = &result {
-            if !claimed.is_empty() {
-                let until = self.lease_until(params.lease_for);
+        let claim = || {
+            if self.world.variant == Variant::ClaimIgnoresExpiry {
+                // Broken on purpose: every running lease looks expired.
+                let expire = sqlx::query(
+                    "UPDATE tickmark_events SET due_at = '2000-01-01T00:00:00.000Z' \
+                     WHERE state = 'running'",
+                );
+                let _ = self.world.db.block(expire.execute(self.inner.pool()));
+            }
+            self.inner.event_claim_many(params)
+        };
+        let until = || self.lease_until(params.lease_for);
+        self.write(
+            Write::new("claim".to_owned()),
+            claim,
+            |claimed| {
                 let listed: Vec<String> = claimed
                     .iter()
                     .map(|c| {
+                        let over = if c.took_over { " (took over)" } else { "" };
                         format!(
-                            "e{}@{} step {}{}",
-                            c.lease.event_seq,
-                            c.lease.token,
-                            c.next_step,
-                            if c.took_over { " (took over)" } else { "" }
+                            "e{}@{} step {}{over}",
+                            c.lease.event_seq, c.lease.token, c.next_step
                         )
                     })
                     .collect();
-                self.trace(format!("claim -> {}", listed.join(", ")));
+                // An empty claim is an idle worker's poll: not worth a line.
+                (!listed.is_empty()).then(|| listed.join(", "))
+            },
+            |claimed, _| {
+                let until = until();
                 for c in claimed {
                     self.journal()
                         .claimed(c.lease.event_seq, c.lease.token, until, c.took_over);
                 }
-            }
-        } else {
-            self.trace(format!("claim -> {}", outcome_of(&result)));
-        }
-        let result = self.after("claim", result);
-        self.process.sleep(self.world.dice.millis(0..3)).await;
-        result
+            },
+        )
+        .await
     }
 
     async fn event_heartbeat_many(
@@ -216,54 +295,45 @@ impl Store for SimStore {
         leases: &[Lease],
         lease_for: Duration,
     ) -> Result<Vec<i64>, StoreError> {
-        self.before("heartbeat", true).await?;
-        let result = self
-            .world
-            .db
-            .block(self.inner.event_heartbeat_many(leases, lease_for));
-        if let Ok(renewed) = &result {
-            let until = self.lease_until(lease_for);
-            let mut sorted: Vec<&Lease> = leases.iter().collect();
-            sorted.sort_by_key(|l| l.event_seq);
-            let listed: Vec<String> = sorted
-                .iter()
-                .map(|l| {
-                    let kept = renewed.contains(&l.event_seq);
-                    format!(
-                        "e{}@{}{}",
-                        l.event_seq,
-                        l.token,
-                        if kept { "" } else { " lost" }
-                    )
-                })
-                .collect();
-            self.trace(format!("heartbeat {}", listed.join(", ")));
-            for lease in leases.iter().filter(|l| renewed.contains(&l.event_seq)) {
-                self.journal().renewed(lease.event_seq, lease.token, until);
-            }
-        } else {
-            self.trace(format!("heartbeat -> {}", outcome_of(&result)));
-        }
-        let result = self.after("heartbeat", result);
-        self.process.sleep(self.world.dice.millis(0..3)).await;
-        result
+        let mut sorted: Vec<Lease> = leases.to_vec();
+        sorted.sort_by_key(|l| l.event_seq);
+        self.write(
+            Write::new("heartbeat".to_owned()),
+            || self.inner.event_heartbeat_many(leases, lease_for),
+            |renewed| {
+                let listed: Vec<String> = sorted
+                    .iter()
+                    .map(|l| {
+                        let lost = if renewed.contains(&l.event_seq) {
+                            ""
+                        } else {
+                            " lost"
+                        };
+                        format!("e{}@{}{lost}", l.event_seq, l.token)
+                    })
+                    .collect();
+                Some(listed.join(", "))
+            },
+            |renewed, _| {
+                let until = self.lease_until(lease_for);
+                for lease in sorted.iter().filter(|l| renewed.contains(&l.event_seq)) {
+                    self.journal().renewed(lease.event_seq, lease.token, until);
+                }
+            },
+        )
+        .await
     }
 
     async fn event_release(&self, lease: &Lease, release: &Release<'_>) -> Result<(), StoreError> {
-        let what = format!("release e{}@{}", lease.event_seq, lease.token);
-        self.before(&what, true).await?;
-        let result = self
-            .world
-            .db
-            .block(self.inner.event_release(lease, release));
-        self.trace(format!("{what} -> {}", outcome_of(&result)));
-        if result.is_ok() {
-            self.journal()
-                .fenced_write_succeeded(lease.event_seq, lease.token, "a release");
-        }
-        let result = self.after(&what, result);
-        self.process.sleep(self.world.dice.millis(0..3)).await;
-        result
+        let write = Write::new(format!("release e{}@{}", lease.event_seq, lease.token))
+            .fenced(*lease, "a release");
+        self.write(
+            write,
+            || self.inner.event_release(lease, release),
+            ok,
+            |_, _| {},
+        )
+        .await
     }
 
     async fn rate_take(&self, take: &RateTake<'_>) -> Result<RateTaken, StoreError> {
@@ -294,37 +364,41 @@ impl Store for SimStore {
         resource_key: &str,
         resource_seq: i64,
     ) -> Result<SequenceCheck, StoreError> {
-        let what = format!(
+        let write = Write::new(format!(
             "sequence check e{}@{} {resource_key}#{resource_seq}",
             lease.event_seq, lease.token
-        );
-        self.before(&what, true).await?;
-        let result = self.world.db.block(self.inner.event_sequence_check(
-            lease,
-            resource_key,
-            resource_seq,
-        ));
-        let said = match &result {
-            Ok(SequenceCheck::Apply) => "apply".to_owned(),
-            Ok(SequenceCheck::Stale { last_seq }) => format!("stale (last {last_seq})"),
-            Err(_) => outcome_of(&result),
-        };
-        self.trace(format!("{what} -> {said}"));
-        if result.is_ok() {
-            self.journal()
-                .fenced_write_succeeded(lease.event_seq, lease.token, "a sequence check");
-        }
-        let result = self.after(&what, result);
-        self.process.sleep(self.world.dice.millis(0..3)).await;
-        result
+        ))
+        .fenced(*lease, "a sequence check");
+        self.write(
+            write,
+            || {
+                self.inner
+                    .event_sequence_check(lease, resource_key, resource_seq)
+            },
+            |checked| {
+                Some(match checked {
+                    SequenceCheck::Apply => "apply".to_owned(),
+                    SequenceCheck::Stale { last_seq } => format!("stale (last {last_seq})"),
+                })
+            },
+            |_, _| {},
+        )
+        .await
     }
 
     async fn event_park(&self, lease: &Lease, reason: &str) -> Result<(), StoreError> {
-        let what = format!("park e{}@{}", lease.event_seq, lease.token);
-        self.before(&what, true).await?;
-        let result = self.world.db.block(self.inner.event_park(lease, reason));
-        self.trace(format!("{what} ({reason}) -> {}", outcome_of(&result)));
-        result
+        let write = Write::new(format!(
+            "park e{}@{} ({reason})",
+            lease.event_seq, lease.token
+        ))
+        .fenced(*lease, "a park");
+        self.write(
+            write,
+            || self.inner.event_park(lease, reason),
+            ok,
+            |_, _| {},
+        )
+        .await
     }
 
     async fn event_next_due(&self) -> Result<Option<Duration>, StoreError> {
@@ -379,57 +453,44 @@ impl Store for SimStore {
         transaction: Option<StepTransaction>,
     ) -> Result<(), StoreError> {
         let lease = mark.lease;
+        let done = if mark.skipped { "skipped" } else { "done" };
         let what = format!(
-            "mark e{}@{} step {} ({}) {}",
-            lease.event_seq,
-            lease.token,
-            mark.position,
-            mark.step,
-            if mark.skipped { "skipped" } else { "done" }
+            "mark e{}@{} step {} ({}) {done}",
+            lease.event_seq, lease.token, mark.position, mark.step
         );
         // A transactional step's mark follows its writes with no pause: the
         // open transaction holds the database's write lock, which every
         // other call of the simulation, on this one thread, would wait for.
-        self.before(&what, transaction.is_none()).await?;
-        let mut sent = mark.clone();
-        if self.world.variant == Variant::MarkIgnoresFence {
-            // Broken on purpose: mark with whatever token the event has now.
-            if let Some(token) = self.current_token(lease.event_seq).await {
-                sent.lease.token = token;
+        let write = Write::new(what)
+            .fenced(lease, "a mark")
+            .without_latency_if(transaction.is_some());
+        let mark_done = || {
+            let mut sent = mark.clone();
+            if self.world.variant == Variant::MarkIgnoresFence {
+                // Broken on purpose: mark with whatever token the event has now.
+                if let Some(token) = self.current_token(lease.event_seq) {
+                    sent.lease.token = token;
+                }
             }
-        }
-        let result = self
-            .world
-            .db
-            .block(self.inner.step_mark_done(&sent, transaction));
-        let entry = self.trace(format!("{what} -> {}", outcome_of(&result)));
-        if result.is_ok() {
+            let inner = Arc::clone(&self.inner);
+            async move { inner.step_mark_done(&sent, transaction).await }
+        };
+        let marked = |_: &(), entry| {
             self.journal()
-                .fenced_write_succeeded(lease.event_seq, lease.token, "a mark");
-            self.journal()
-                .marked_done(lease.event_seq, mark.position, entry);
-        }
-        let result = self.after(&what, result);
-        self.process.sleep(self.world.dice.millis(0..3)).await;
-        result
+                .marked_done(lease.event_seq, mark.position, entry)
+        };
+        self.write(write, mark_done, ok, marked).await
     }
 
     async fn step_mark_failed(&self, mark: &MarkFailed<'_>) -> Result<(), StoreError> {
         let lease = mark.lease;
-        let what = format!(
+        let write = Write::new(format!(
             "mark e{}@{} step {} ({}) failed, {:?}",
             lease.event_seq, lease.token, mark.position, mark.step, mark.then
-        );
-        self.before(&what, true).await?;
-        let result = self.world.db.block(self.inner.step_mark_failed(mark));
-        self.trace(format!("{what} -> {}", outcome_of(&result)));
-        if result.is_ok() {
-            self.journal()
-                .fenced_write_succeeded(lease.event_seq, lease.token, "a failure mark");
-        }
-        let result = self.after(&what, result);
-        self.process.sleep(self.world.dice.millis(0..3)).await;
-        result
+        ))
+        .fenced(lease, "a failure mark");
+        self.write(write, || self.inner.step_mark_failed(mark), ok, |_, _| {})
+            .await
     }
 
     async fn step_status(&self, event_seq: i64) -> Result<Vec<StepStatus>, StoreError> {
