@@ -173,6 +173,30 @@ impl SimStore {
     }
 }
 
+/// A step's transaction on its way to its mark. If the mark never gets it
+/// (an injected failure before the call), it is dropped on the database
+/// thread: sqlx then rolls it back and returns its connection there, in
+/// the call, rather than in a task of the simulation's runtime that would
+/// finish in real time.
+struct HeldTransaction {
+    db: Arc<DbThread>,
+    transaction: Option<StepTransaction>,
+}
+
+impl HeldTransaction {
+    fn take(mut self) -> Option<StepTransaction> {
+        self.transaction.take()
+    }
+}
+
+impl Drop for HeldTransaction {
+    fn drop(&mut self) {
+        if let Some(transaction) = self.transaction.take() {
+            self.db.block(async move { drop(transaction) });
+        }
+    }
+}
+
 /// How the simulation wraps one write (see [`SimStore::write`]).
 struct Write<'a> {
     what: String,
@@ -464,7 +488,12 @@ impl Store for SimStore {
         let write = Write::new(what)
             .fenced(lease, "a mark")
             .without_latency_if(transaction.is_some());
+        let transaction = HeldTransaction {
+            db: Arc::clone(&self.world.db),
+            transaction,
+        };
         let mark_done = || {
+            let transaction = transaction.take();
             let mut sent = mark.clone();
             if self.world.variant == Variant::MarkIgnoresFence {
                 // Broken on purpose: mark with whatever token the event has now.
