@@ -9,12 +9,16 @@ use tickmark_sim::{run, Variant};
 /// (docs/simulation.md, "Found"). A seed names a schedule of this version of
 /// the simulator: when its draws change, each is found again by reverting
 /// the fix and sweeping (the first bug was found at seed 83, now 51).
-const REGRESSIONS: [(u64, &str); 3] = [
+const REGRESSIONS: [(u64, &str); 4] = [
     (51, "a zombie started a step another worker had marked done"),
     (94, "a sequence check applied under a stale lease"),
     (
         206,
         "a transactional step started after its lease ran out while its transaction opened",
+    ),
+    (
+        100038,
+        "a retried mark was confirmed after its lease moved on, and its worker ran the next step",
     ),
 ];
 

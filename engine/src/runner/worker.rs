@@ -191,17 +191,19 @@ impl HeartbeatTask {
 mod tests {
     use super::*;
     use crate::handler::Handlers;
-    use crate::Engine;
 
     #[tokio::test(flavor = "current_thread")]
     async fn dropping_the_run_future_stops_the_heartbeat_too() {
         let dir = tempfile::tempdir().expect("temp dir");
         let url = format!("sqlite://{}", dir.path().join("worker.db").display());
         let store = crate::store::connect(&url).await.expect("store");
-        let engine = Engine::new(store, Handlers::new()).expect("engine");
-        let worker = engine
-            .worker(WorkerConfig::default().with_lease(Duration::from_millis(300)))
-            .expect("worker");
+        let worker = Worker::new(
+            store,
+            Arc::new(Handlers::new().compile().expect("no handlers compile")),
+            Resources::default(),
+            Arc::new(Metrics::default()),
+            WorkerConfig::default().with_lease(Duration::from_millis(300)),
+        );
         let metrics = tokio::runtime::Handle::current().metrics();
         let running = tokio::spawn(worker.run(CancellationToken::new()));
         // Past a few heartbeats, so the worker's tasks are all running.

@@ -125,6 +125,32 @@ pub async fn a_taken_over_lease_can_neither_mark_nor_heartbeat(db: TestDb) {
     );
 }
 
+/// Guarantee 5 for a retried mark: a mark whose commit answer was lost is
+/// sent again. While the lease is still the event's, the retry is confirmed;
+/// once another worker took the event over, it is `LeaseLost`, so the old
+/// worker stops instead of running the next step (the simulator's seed
+/// 100038, docs/simulation.md).
+pub async fn a_retried_mark_is_confirmed_only_while_its_lease_holds(db: TestDb) {
+    let engine = engine(&db, handlers());
+    order_paid(&engine, "evt_retried_mark").await;
+    let old = claim_one(&db, "old").await;
+    let mark = done_mark(&old);
+    db.store.step_mark_done(&mark, None).await.unwrap();
+    db.store
+        .step_mark_done(&mark, None)
+        .await
+        .expect("the same mark again, lease held: confirmed");
+
+    db.probe.expire_lease(old.lease.event_seq).await;
+    let new = claim_one(&db, "new").await;
+    assert!(new.took_over);
+    assert_eq!(new.next_step, 1, "the first mark stands");
+    assert_lease_lost(
+        db.store.step_mark_done(&mark, None).await,
+        "the same mark again after a takeover",
+    );
+}
+
 /// Guarantee 5, without a rival: an expired lease is not revived by a late
 /// heartbeat, and a late mark is refused.
 pub async fn an_expired_lease_cannot_mark_even_before_a_takeover(db: TestDb) {

@@ -70,6 +70,7 @@ macro_rules! conformance_suite {
             running::a_claim_leases_many_events_at_once,
             running::a_step_longer_than_its_lease_keeps_it_by_heartbeat,
             fencing::a_taken_over_lease_can_neither_mark_nor_heartbeat,
+            fencing::a_retried_mark_is_confirmed_only_while_its_lease_holds,
             fencing::an_expired_lease_cannot_mark_even_before_a_takeover,
             fencing::a_refused_transactional_mark_rolls_back_the_steps_writes,
             fencing::a_worker_that_loses_its_lease_stops_its_step,

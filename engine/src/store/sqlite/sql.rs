@@ -253,10 +253,14 @@ pub const STEP_UPSERT_FAILED: &str = "
 pub const EVENT_COUNT_WAITING: &str =
     "SELECT count(*) FROM tickmark_events WHERE state = 'pending' AND wait_until IS NOT NULL";
 
-/// Whether a mark that changed nothing had been applied under this token.
+/// Whether a mark that changed nothing had been applied under this token,
+/// which the event still holds: a retried mark whose lease moved on since
+/// (a takeover, an operator) is `LeaseLost`, so its worker stops (found by
+/// the simulator: seed 100038).
 pub const STEP_MARK_CONFIRM: &str = "
-    SELECT 1 FROM tickmark_steps
-    WHERE event_seq = ?1 AND position = ?2 AND lease_token = ?3 AND state = ?4";
+    SELECT 1 FROM tickmark_steps AS s
+    JOIN tickmark_events AS e ON e.id = s.event_seq AND e.lease_token = s.lease_token
+    WHERE s.event_seq = ?1 AND s.position = ?2 AND s.lease_token = ?3 AND s.state = ?4";
 
 /// The step-status table of one event.
 pub const STEP_STATUS: &str = "
