@@ -21,7 +21,7 @@ use std::str::FromStr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use chrono::Utc;
+use chrono::{DateTime, Utc};
 use sqlx::migrate::{MigrateError, Migrator};
 use sqlx::sqlite::{
     SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions, SqliteRow,
@@ -142,12 +142,14 @@ impl SqliteStore {
         Ok((turn, transaction))
     }
 
+    /// Mark `lease`'s step done on `conn` at `now` (the caller commits):
+    /// false when the lease was not held, and nothing was written.
     async fn mark_done_on(
-        clock: &Clock,
+        now: DateTime<Utc>,
         conn: &mut SqliteConnection,
         mark: &MarkDone<'_>,
     ) -> Result<bool, StoreError> {
-        let now = format_time(clock.now());
+        let now = format_time(now);
         let advanced = sqlx::query(sql::EVENT_ADVANCE)
             .bind(mark.lease.event_seq)
             .bind(mark.lease.token)
@@ -174,18 +176,19 @@ impl SqliteStore {
         Ok(true)
     }
 
-    /// Record a failed attempt of `lease`'s step on `conn` (the caller
-    /// commits): false when the lease was not held, and nothing was written.
+    /// Record a failed attempt of `lease`'s step on `conn` at `now` (the
+    /// caller commits): false when the lease was not held, and nothing was
+    /// written.
     async fn mark_failed_on(
-        clock: &Clock,
+        now: DateTime<Utc>,
         conn: &mut SqliteConnection,
         mark: &MarkFailed<'_>,
     ) -> Result<bool, StoreError> {
         let (dead, retry_at) = match mark.then {
-            AfterFailure::RetryIn(delay) => (false, after(clock.now(), delay)),
-            AfterFailure::Dead => (true, clock.now()),
+            AfterFailure::RetryIn(delay) => (false, after(now, delay)),
+            AfterFailure::Dead => (true, now),
         };
-        let now = format_time(clock.now());
+        let now = format_time(now);
         let changed = sqlx::query(sql::EVENT_FAIL)
             .bind(mark.lease.event_seq)
             .bind(mark.lease.token)
@@ -344,10 +347,10 @@ fn mark_many(
             let written = async {
                 let _turn = write_turn.lock_owned().await;
                 let mut tx = pool.begin_with("BEGIN IMMEDIATE").await?;
+                let now = clock.now();
                 let mut applied = Vec::with_capacity(marks.len());
                 for mark in &marks {
-                    applied
-                        .push(SqliteStore::mark_done_on(&clock, &mut tx, &mark.as_mark()).await?);
+                    applied.push(SqliteStore::mark_done_on(now, &mut tx, &mark.as_mark()).await?);
                 }
                 tx.commit().await?;
                 Ok::<_, StoreError>(applied)
@@ -495,7 +498,7 @@ impl Store for SqliteStore {
             .map_err(|e| StoreError::Corrupt(format!("claim list: {e}")))?;
         let rows = sqlx::query(sql::EVENT_CLAIM)
             .bind(params.worker)
-            .bind(format_time(after(self.clock.now(), params.lease_for)))
+            .bind(format_time(after(now, params.lease_for)))
             .bind(format_time(now))
             .bind(seqs_json)
             .fetch_all(&mut *tx)
@@ -534,9 +537,10 @@ impl Store for SqliteStore {
         let pairs_json = serde_json::to_string(&pairs)
             .map_err(|e| StoreError::Corrupt(format!("lease list: {e}")))?;
         let (_turn, mut tx) = self.begin_write().await?;
+        let now = self.clock.now();
         let held: Vec<i64> = sqlx::query_scalar(sql::EVENT_HEARTBEAT_MANY)
-            .bind(format_time(after(self.clock.now(), lease_for)))
-            .bind(format_time(self.clock.now()))
+            .bind(format_time(after(now, lease_for)))
+            .bind(format_time(now))
             .bind(pairs_json)
             .fetch_all(&mut *tx)
             .await?;
@@ -805,7 +809,7 @@ impl Store for SqliteStore {
             }
         };
         let mut transaction = transaction;
-        let applied = Self::mark_done_on(&self.clock, &mut transaction, mark).await?;
+        let applied = Self::mark_done_on(self.clock.now(), &mut transaction, mark).await?;
         if !applied {
             // Rolls back the step's own writes too, if it was transactional.
             transaction.rollback().await?;
@@ -820,7 +824,7 @@ impl Store for SqliteStore {
 
     async fn step_mark_failed(&self, mark: &MarkFailed<'_>) -> Result<(), StoreError> {
         let (turn, mut tx) = self.begin_write().await?;
-        if !Self::mark_failed_on(&self.clock, &mut tx, mark).await? {
+        if !Self::mark_failed_on(self.clock.now(), &mut tx, mark).await? {
             tx.rollback().await?;
             drop(turn);
             let state = match mark.then {

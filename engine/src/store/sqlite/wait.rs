@@ -114,7 +114,7 @@ impl SqliteStore {
                     output_json: &output_json,
                     skipped: false,
                 };
-                if !Self::mark_done_on(&self.clock, &mut tx, &mark).await? {
+                if !Self::mark_done_on(now, &mut tx, &mark).await? {
                     return Err(StoreError::LeaseLost {
                         event_seq: lease.event_seq,
                     });
@@ -132,7 +132,7 @@ impl SqliteStore {
                     error: wait.timeout_error,
                     then: AfterFailure::Dead,
                 };
-                if !Self::mark_failed_on(&self.clock, &mut tx, &mark).await? {
+                if !Self::mark_failed_on(now, &mut tx, &mark).await? {
                     return Err(StoreError::LeaseLost {
                         event_seq: lease.event_seq,
                     });
