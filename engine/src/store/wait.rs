@@ -3,7 +3,7 @@
 
 use chrono::{DateTime, Utc};
 
-use super::{WaitDeadline, WaitStep};
+use super::{AfterFailure, MarkDone, MarkFailed, WaitDeadline, WaitStep};
 use crate::wait::{OnTimeout, WaitOutcome, WaitOutput};
 
 /// What the transaction writes.
@@ -59,6 +59,46 @@ pub(crate) fn decide(
             outcome: Some(WaitOutcome::TimedOut),
         },
         (Some(_), OnTimeout::DeadLetter) => WaitDecision::Dead,
+    }
+}
+
+impl WaitStep<'_> {
+    /// The mark that settles this wait done with `output_json`, timed from
+    /// when it began (`since`; `now` if it never waited) to `now`.
+    pub(crate) fn done_mark<'m>(
+        &'m self,
+        output_json: &'m str,
+        since: Option<DateTime<Utc>>,
+        now: DateTime<Utc>,
+    ) -> MarkDone<'m> {
+        MarkDone {
+            lease: self.lease,
+            position: self.position,
+            step: self.step,
+            attempt: self.attempt,
+            started_at: since.unwrap_or(now),
+            finished_at: now,
+            output_json,
+            skipped: false,
+        }
+    }
+
+    /// The mark that dead-letters the event whose wait timed out.
+    pub(crate) fn dead_mark(
+        &self,
+        since: Option<DateTime<Utc>>,
+        now: DateTime<Utc>,
+    ) -> MarkFailed<'_> {
+        MarkFailed {
+            lease: self.lease,
+            position: self.position,
+            step: self.step,
+            attempt: self.attempt,
+            started_at: since.unwrap_or(now),
+            finished_at: now,
+            error: self.timeout_error,
+            then: AfterFailure::Dead,
+        }
     }
 }
 

@@ -11,10 +11,7 @@ use chrono::{DateTime, Utc};
 
 use super::{admin_sql, PostgresStore};
 use crate::store::wait::{decide, WaitDecision};
-use crate::store::{
-    AfterFailure, EventInsert, InsertOutcome, MarkDone, MarkFailed, StoreError, WaitSettled,
-    WaitStep,
-};
+use crate::store::{EventInsert, InsertOutcome, StoreError, WaitSettled, WaitStep};
 
 /// Accepts and waits of one key take turns (until the transaction ends).
 const WAIT_LOCK: &str = "
@@ -108,16 +105,7 @@ impl PostgresStore {
         let settled = match decide(wait, since, until, now, matched) {
             WaitDecision::Done { output, outcome } => {
                 let output_json = output.to_string();
-                let mark = MarkDone {
-                    lease,
-                    position: wait.position,
-                    step: wait.step,
-                    attempt: wait.attempt,
-                    started_at: since.unwrap_or(now),
-                    finished_at: now,
-                    output_json: &output_json,
-                    skipped: false,
-                };
+                let mark = wait.done_mark(&output_json, since, now);
                 if Self::mark_done_on(&mut tx, &mark).await? == 0 {
                     return Err(StoreError::LeaseLost {
                         event_seq: lease.event_seq,
@@ -126,16 +114,7 @@ impl PostgresStore {
                 WaitSettled::Done { output, outcome }
             }
             WaitDecision::Dead => {
-                let mark = MarkFailed {
-                    lease,
-                    position: wait.position,
-                    step: wait.step,
-                    attempt: wait.attempt,
-                    started_at: since.unwrap_or(now),
-                    finished_at: now,
-                    error: wait.timeout_error,
-                    then: AfterFailure::Dead,
-                };
+                let mark = wait.dead_mark(since, now);
                 if Self::mark_failed_on(&mut tx, &mark).await? == 0 {
                     return Err(StoreError::LeaseLost {
                         event_seq: lease.event_seq,

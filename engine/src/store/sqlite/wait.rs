@@ -10,7 +10,7 @@ use chrono::Utc;
 use super::time::{format_time, parse_time_opt};
 use super::SqliteStore;
 use crate::store::wait::{decide, WaitDecision};
-use crate::store::{AfterFailure, MarkDone, MarkFailed, StoreError, WaitSettled, WaitStep};
+use crate::store::{StoreError, WaitSettled, WaitStep};
 
 /// The leased event at its wait step: when the wait began and its deadline
 /// (`?4` is now).
@@ -104,16 +104,7 @@ impl SqliteStore {
         let settled = match decide(wait, since, until, now, matched) {
             WaitDecision::Done { output, outcome } => {
                 let output_json = output.to_string();
-                let mark = MarkDone {
-                    lease,
-                    position: wait.position,
-                    step: wait.step,
-                    attempt: wait.attempt,
-                    started_at: since.unwrap_or(now),
-                    finished_at: now,
-                    output_json: &output_json,
-                    skipped: false,
-                };
+                let mark = wait.done_mark(&output_json, since, now);
                 if !Self::mark_done_on(now, &mut tx, &mark).await? {
                     return Err(StoreError::LeaseLost {
                         event_seq: lease.event_seq,
@@ -122,16 +113,7 @@ impl SqliteStore {
                 WaitSettled::Done { output, outcome }
             }
             WaitDecision::Dead => {
-                let mark = MarkFailed {
-                    lease,
-                    position: wait.position,
-                    step: wait.step,
-                    attempt: wait.attempt,
-                    started_at: since.unwrap_or(now),
-                    finished_at: now,
-                    error: wait.timeout_error,
-                    then: AfterFailure::Dead,
-                };
+                let mark = wait.dead_mark(since, now);
                 if !Self::mark_failed_on(now, &mut tx, &mark).await? {
                     return Err(StoreError::LeaseLost {
                         event_seq: lease.event_seq,
