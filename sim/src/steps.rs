@@ -76,22 +76,17 @@ impl Step for Call {
             }
         }
         sim.process.sleep(sim.dice.millis(1..LONGEST_CALL_MS)).await;
+        let fails = |how: &str| {
+            let (name, position, seq) = (&sim.process.name, self.position, ctx.event().seq);
+            sim.journal
+                .note(format!("{name} step {position} of e{seq} fails ({how})"));
+        };
         if sim.dice.chance(0.06) {
-            sim.journal.note(format!(
-                "{} step {} of e{} fails (retryable)",
-                sim.process.name,
-                self.position,
-                ctx.event().seq
-            ));
+            fails("retryable");
             return Err(StepError::retryable("simulated failure"));
         }
         if sim.dice.chance(0.01) {
-            sim.journal.note(format!(
-                "{} step {} of e{} fails (terminal)",
-                sim.process.name,
-                self.position,
-                ctx.event().seq
-            ));
+            fails("terminal");
             return Err(StepError::terminal("simulated terminal failure"));
         }
         let key = ctx.idempotency_key().to_owned();
@@ -152,7 +147,7 @@ impl Step for LedgerApart {
         let sim = ctx.resource::<SimContext>()?.clone();
         started(ctx, &sim, self.position);
         let written = sim.db.block(
-            sqlx::query("INSERT INTO sim_ledger (event_seq, written_by) VALUES (?, ?)")
+            sqlx::query(LEDGER_INSERT)
                 .bind(ctx.event().seq)
                 .bind(sim.process.name.clone())
                 .execute(&sim.pool),
