@@ -164,6 +164,26 @@ impl ReplicaPair {
             .await
     }
 
+    /// Cut the standby off from the primary, as a slow or broken network
+    /// would: its WAL receiver stops (`primary_conninfo` emptied and
+    /// reloaded). From then on, with [`Replication::Async`] the primary
+    /// commits what the standby will never have; with [`Replication::Sync`]
+    /// commits wait for the standby and return nothing.
+    pub async fn cut_standby(&self) -> io::Result<()> {
+        let mut conn = connect(&self.standby.url()).await?;
+        for statement in [
+            "ALTER SYSTEM SET primary_conninfo = ''",
+            "SELECT pg_reload_conf()",
+        ] {
+            sqlx::query(statement)
+                .execute(&mut conn)
+                .await
+                .map_err(io::Error::other)?;
+        }
+        let receiving = "SELECT NOT EXISTS (SELECT 1 FROM pg_stat_wal_receiver)";
+        wait_for(&mut conn, receiving, "the standby's WAL receiver to stop").await
+    }
+
     /// On the standby: wait until it has replayed all the WAL it received,
     /// so that a query sees every commit it has (a synchronous commit is
     /// flushed on the standby before it returns, and replayed soon after).

@@ -105,6 +105,12 @@ struct Args {
     /// in milliseconds (what an HA manager takes to decide).
     #[arg(long, default_value_t = 2000)]
     promote_after_ms: u64,
+    /// With `--failover`: cut the standby off from the primary this many
+    /// milliseconds before the kill, as a lagging network would (0: no cut).
+    /// Asynchronous replication then loses what the primary acknowledged
+    /// meanwhile; synchronous replication acknowledges nothing meanwhile.
+    #[arg(long, default_value_t = 0)]
+    cut_standby_ms: u64,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -378,6 +384,7 @@ struct FailoverPlan<'a> {
     acked: &'a std::sync::Mutex<Vec<usize>>,
     plan: &'a Plan,
     promote_after: Duration,
+    cut_standby: Duration,
     give_up: &'a CancellationToken,
 }
 
@@ -390,6 +397,10 @@ impl Chaos {
         let Some(pair) = guard.as_mut() else {
             return Ok(());
         };
+        if !how.cut_standby.is_zero() {
+            pair.cut_standby().await.map_err(|e| e.to_string())?;
+            tokio::time::sleep(how.cut_standby).await;
+        }
         pair.kill_primary().await.map_err(|e| e.to_string())?;
         let killed_at = Instant::now();
         *how.tally
@@ -441,6 +452,7 @@ impl Chaos {
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(FailoverFigures {
             replication: pair.replication().as_str().to_owned(),
+            standby_cut_ms: u64::try_from(how.cut_standby.as_millis()).unwrap_or(u64::MAX),
             acked_before_kill: acked.len() as u64,
             acked_lost: lost.len() as u64,
             acked_lost_samples: lost.iter().take(10).cloned().collect(),
@@ -677,6 +689,7 @@ async fn run(args: Args) -> Result<bool, String> {
         );
         let lease = Duration::from_millis(args.lease_ms);
         let promote_after = Duration::from_millis(args.promote_after_ms);
+        let cut_standby = Duration::from_millis(args.cut_standby_ms);
         async move {
             if !postgres {
                 return Ok::<(), String>(());
@@ -691,6 +704,7 @@ async fn run(args: Args) -> Result<bool, String> {
                         acked: &acked,
                         plan: &plan,
                         promote_after,
+                        cut_standby,
                         give_up: &give_up,
                     })
                     .await;

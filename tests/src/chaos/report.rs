@@ -117,6 +117,8 @@ pub struct Figures {
 pub struct FailoverFigures {
     /// `sync` (`synchronous_standby_names` names the standby) or `async`.
     pub replication: String,
+    /// How long before the kill the standby was cut off (`--cut-standby-ms`).
+    pub standby_cut_ms: u64,
     /// Distinct events answered 2xx before the promotion (all by the old
     /// primary: nothing else accepted writes).
     pub acked_before_kill: u64,
@@ -365,8 +367,10 @@ impl Figures {
             rows.push((
                 "failover (primary killed, standby promoted)",
                 format!(
-                    "{} replication; promoted {} ms after the kill, accepting again after {}",
+                    "{} replication, standby cut {} ms before; promoted {} ms after the kill, \
+                     accepting again after {}",
                     failover.replication,
+                    failover.standby_cut_ms,
                     failover.kill_to_promoted_ms,
                     ms(failover.kill_to_accepted_ms)
                 ),
