@@ -16,6 +16,7 @@ pub mod db;
 pub mod http_client;
 pub mod meeting;
 pub mod pg_cluster;
+pub mod pg_replica;
 pub mod probe;
 pub mod skip;
 pub mod terminate;

@@ -52,6 +52,8 @@ pub struct PgCluster {
     port: u16,
     as_postgres: bool,
     running: bool,
+    /// More `-c name=value` server options, for every start.
+    extra_options: String,
 }
 
 impl PgCluster {
@@ -74,20 +76,13 @@ impl PgCluster {
 
     /// `initdb` a new cluster and start it on a free port.
     pub async fn start() -> io::Result<PgCluster> {
-        let bin = server_binaries()?;
-        let as_postgres = running_as_root();
-        let root = tempfile::Builder::new().prefix("tickmark-pg-").tempdir()?;
-        if as_postgres {
-            let (uid, gid) = postgres_ids()?;
-            std::os::unix::fs::chown(root.path(), Some(uid), Some(gid))?;
-        }
-        let mut cluster = PgCluster {
-            root,
-            bin,
-            port: 0,
-            as_postgres,
-            running: false,
-        };
+        Self::start_with("").await
+    }
+
+    /// `initdb` a new cluster and start it on a free port with more server
+    /// options (`-c name=value …`), kept for every start.
+    pub async fn start_with(extra_options: &str) -> io::Result<PgCluster> {
+        let mut cluster = Self::unstarted(extra_options)?;
         let data = cluster.data_dir();
         cluster
             .run_tool(
@@ -106,13 +101,38 @@ impl PgCluster {
                 ],
             )
             .await?;
-        // A port that was free a moment ago may be taken by the time the
-        // server binds it: try a few.
+        cluster.start_on_a_free_port().await?;
+        Ok(cluster)
+    }
+
+    /// A temp dir (given to user `postgres` when running as root) with no
+    /// data directory yet: `initdb` or `pg_basebackup` makes it.
+    pub(crate) fn unstarted(extra_options: &str) -> io::Result<PgCluster> {
+        let bin = server_binaries()?;
+        let as_postgres = running_as_root();
+        let root = tempfile::Builder::new().prefix("tickmark-pg-").tempdir()?;
+        if as_postgres {
+            let (uid, gid) = postgres_ids()?;
+            std::os::unix::fs::chown(root.path(), Some(uid), Some(gid))?;
+        }
+        Ok(PgCluster {
+            root,
+            bin,
+            port: 0,
+            as_postgres,
+            running: false,
+            extra_options: extra_options.to_owned(),
+        })
+    }
+
+    /// Start the data directory on a free port. A port that was free a
+    /// moment ago may be taken by the time the server binds it: try a few.
+    pub(crate) async fn start_on_a_free_port(&mut self) -> io::Result<()> {
         let mut last_error = None;
         for _ in 0..5 {
-            cluster.port = free_port()?;
-            match cluster.start_again().await {
-                Ok(()) => return Ok(cluster),
+            self.port = free_port()?;
+            match self.start_again().await {
+                Ok(()) => return Ok(()),
                 Err(error) => last_error = Some(error),
             }
         }
@@ -128,9 +148,10 @@ impl PgCluster {
         // an acknowledged commit must survive `-m immediate`.
         let options = format!(
             "-p {} -k {} -c listen_addresses=127.0.0.1 -c fsync=off -c full_page_writes=off \
-             -c max_connections=100",
+             -c max_connections=100 {}",
             self.port,
-            path_str(self.root.path())?
+            path_str(self.root.path())?,
+            self.extra_options
         );
         self.run_tool(
             "pg_ctl",
@@ -215,7 +236,9 @@ impl PgCluster {
         self.root.path().join("server.log")
     }
 
-    async fn run_tool(&self, tool: &str, args: &[&str]) -> io::Result<()> {
+    /// Run one of the server tools (`pg_ctl`, `pg_basebackup`, …) as the
+    /// cluster's owner, in its temp dir.
+    pub(crate) async fn run_tool(&self, tool: &str, args: &[&str]) -> io::Result<()> {
         let program = self.bin.join(tool);
         let mut command = if self.as_postgres {
             let mut command = Command::new("runuser");

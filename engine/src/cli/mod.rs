@@ -87,7 +87,9 @@ const AFTER_HELP: &str = concat!(
 #[command(name = "tickmark", version = migrate::version(), after_help = AFTER_HELP)]
 struct Cli {
     /// The engine's database: `sqlite://path/to/tickmark.db` or
-    /// `postgres://user@host/db`
+    /// `postgres://user@host/db`; with a standby, name every host and the
+    /// primary is followed across a failover:
+    /// `postgres://user@h1:5432,h2:5432/db?target_session_attrs=read-write`
     #[arg(
         long,
         env = "DATABASE_URL",

@@ -16,6 +16,12 @@ pub enum StoreError {
     /// Transient: retry later.
     #[error("database unavailable ({0}); it will be retried — check that the database is running and reachable")]
     Unavailable(#[source] sqlx::Error),
+    /// None of the hosts of a multi-host PostgreSQL URL accepts writes right
+    /// now (each is unreachable, a standby, or read-only): a failover is
+    /// under way, or every server is down. Transient: retry later. Lists
+    /// each host with why it did not suit.
+    #[error("no database host accepts writes right now ({0}); it will be retried — a failover may be under way")]
+    NoWritableHost(String),
     /// Too many writes are queued for the database right now (the
     /// group-commit queue is full): refused at once rather than queued
     /// without bound. Transient: retry in a moment. The receiver answers 503
@@ -42,7 +48,10 @@ pub enum StoreError {
 impl StoreError {
     /// Whether retrying the same operation later may succeed.
     pub fn is_transient(&self) -> bool {
-        matches!(self, StoreError::Unavailable(_) | StoreError::Overloaded)
+        matches!(
+            self,
+            StoreError::Unavailable(_) | StoreError::Overloaded | StoreError::NoWritableHost(_)
+        )
     }
 }
 
@@ -69,12 +78,13 @@ fn is_transient(error: &sqlx::Error) -> bool {
             let code = code.as_deref().unwrap_or("");
             // PostgreSQL: class 08 connection exception, 57P01-03 shutting down or
             // starting up, 53300 too many connections, 40001/40P01 serialization
-            // failure or deadlock. SQLite: 5 SQLITE_BUSY, 6 SQLITE_LOCKED (and
+            // failure or deadlock, 25006 read-only transaction (the server is a
+            // standby now, or not promoted yet: a failover is under way). SQLite: 5 SQLITE_BUSY, 6 SQLITE_LOCKED (and
             // their extended codes, which keep the primary code in the low byte).
             code.starts_with("08")
                 || matches!(
                     code,
-                    "57P01" | "57P02" | "57P03" | "53300" | "40001" | "40P01"
+                    "57P01" | "57P02" | "57P03" | "53300" | "40001" | "40P01" | "25006"
                 )
                 || code
                     .parse::<i32>()

@@ -183,6 +183,16 @@ pub trait Store: admin::Admin + Send + Sync + fmt::Debug {
 ///
 /// `sqlite://path/to/file.db` (created if missing) or `postgres://user@host/db`;
 /// each needs its backend's feature (`sqlite`, `postgres`: both on by default).
+///
+/// A PostgreSQL URL may name several hosts, as libpq allows, for a primary
+/// and its standbys:
+/// `postgres://user@host1:5432,host2:5432/db?target_session_attrs=read-write`.
+/// The store then uses the host that accepts writes and moves to the new
+/// primary after a failover, without a restart; while no host accepts
+/// writes, its errors are transient (the receiver answers 503 with
+/// `Retry-After`, workers back off). `target_session_attrs` may be
+/// `read-write` (or `primary`) or `any` (the default, as in libpq: the
+/// first host that answers). See docs/failover.md.
 pub async fn connect(url: &str) -> Result<Arc<dyn Store>, StoreError> {
     let store: Arc<dyn Store> = match backend_of(url) {
         #[cfg(feature = "sqlite")]

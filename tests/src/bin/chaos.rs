@@ -4,6 +4,7 @@
 //! cargo build -p tickmark-tests --release --bin chaos --bin tickmark-chaos-node
 //! target/release/chaos [--events M] [--nodes N] [--duration S] \
 //!     [--backend postgres|sqlite] [--seed N] [--lease-ms N] [--render-ms N]
+//! target/release/chaos --failover sync|async [--promote-after-ms N] …
 //! ```
 //!
 //! It starts its own database (a throwaway PostgreSQL cluster, or a SQLite
@@ -11,7 +12,13 @@
 //! (the payments app). It delivers M Stripe events, each 1 to 5 times, and
 //! meanwhile SIGKILLs a random node every 1–3 s (restarting it), freezes one
 //! node past its lease (PostgreSQL), and restarts PostgreSQL once with
-//! `-m immediate`. Then it lets the nodes drain, stops them with SIGTERM,
+//! `-m immediate`. With `--failover`, the database is a primary and a
+//! streaming standby instead, the nodes get both in one multi-host URL, and
+//! the only fault is the failover: the primary is killed (`-m immediate`)
+//! while deliveries continue, and the standby promoted; it counts the
+//! acknowledged deliveries the promoted standby does not have, and the time
+//! until deliveries are accepted again (docs/failover.md).
+//! Then it lets the nodes drain, stops them with SIGTERM,
 //! prints the figures as a table and one JSON line, and exits 1 if a check
 //! failed (2 if the run itself could not be made). `docs/chaos.md` defines
 //! every figure and check.
@@ -29,11 +36,12 @@ use tickmark_tests::chaos::database::{ChaosDatabase, Judge};
 use tickmark_tests::chaos::nodes::{LogCounts, Node, NodeSpec};
 use tickmark_tests::chaos::orphans::{Cause, Orphans};
 use tickmark_tests::chaos::plan::Plan;
-use tickmark_tests::chaos::provider::{Provider, SendTally, Targets};
+use tickmark_tests::chaos::provider::{Delivered, Provider, SendTally, Targets};
 use tickmark_tests::chaos::receipts::ReceiptService;
-use tickmark_tests::chaos::report::Figures;
+use tickmark_tests::chaos::report::{FailoverFigures, Figures};
 use tickmark_tests::chaos::STRIPE_SECRET;
 use tickmark_tests::pg_cluster::{PgCluster, StopMode};
+use tickmark_tests::pg_replica::{ReplicaPair, Replication};
 use tokio::sync::{Mutex, Semaphore};
 use tokio::task::JoinSet;
 use tokio::time::Instant;
@@ -87,12 +95,36 @@ struct Args {
     /// Keep the work folder (node logs, invoices) even when the run passes.
     #[arg(long)]
     keep: bool,
+    /// Fail the database over instead of the usual chaos: a primary and a
+    /// standby with synchronous or asynchronous replication; the primary is
+    /// killed half-way through and the standby promoted (no node kills, no
+    /// zombie). Implies `--backend postgres`.
+    #[arg(long, value_enum)]
+    failover: Option<ReplicationArg>,
+    /// With `--failover`: how long after the kill the standby is promoted,
+    /// in milliseconds (what an HA manager takes to decide).
+    #[arg(long, default_value_t = 2000)]
+    promote_after_ms: u64,
+    /// With `--failover`: cut the standby off from the primary this many
+    /// milliseconds before the kill, as a lagging network would (0: no cut).
+    /// Asynchronous replication then loses what the primary acknowledged
+    /// meanwhile; synchronous replication acknowledges nothing meanwhile.
+    #[arg(long, default_value_t = 0)]
+    cut_standby_ms: u64,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 enum BackendArg {
     Postgres,
     Sqlite,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+enum ReplicationArg {
+    /// `synchronous_standby_names` names the standby.
+    Sync,
+    /// No synchronous standby.
+    Async,
 }
 
 #[tokio::main]
@@ -145,6 +177,8 @@ struct Chaos {
     zombies: AtomicU64,
     db_restarts: AtomicU64,
     db_down_ms: AtomicU64,
+    /// What the failover cost (`--failover`).
+    failover: std::sync::Mutex<Option<FailoverFigures>>,
 }
 
 impl Chaos {
@@ -341,6 +375,98 @@ impl Chaos {
     }
 }
 
+/// What [`Chaos::fail_over`] needs from the run.
+struct FailoverPlan<'a> {
+    pair: &'a Mutex<Option<ReplicaPair>>,
+    provider: &'a Provider,
+    tally: &'a SendTally,
+    /// Events answered 2xx so far, by index in the plan.
+    acked: &'a std::sync::Mutex<Vec<usize>>,
+    plan: &'a Plan,
+    promote_after: Duration,
+    cut_standby: Duration,
+    give_up: &'a CancellationToken,
+}
+
+impl Chaos {
+    /// Kill the primary while deliveries continue (one extra delivery is
+    /// sent meanwhile, to see the 503), count what the standby lacks of what
+    /// was acknowledged, promote it, and repoint the judge.
+    async fn fail_over(&self, how: FailoverPlan<'_>) -> Result<(), String> {
+        let mut guard = how.pair.lock().await;
+        let Some(pair) = guard.as_mut() else {
+            return Ok(());
+        };
+        if !how.cut_standby.is_zero() {
+            pair.cut_standby().await.map_err(|e| e.to_string())?;
+            tokio::time::sleep(how.cut_standby).await;
+        }
+        pair.kill_primary().await.map_err(|e| e.to_string())?;
+        let killed_at = Instant::now();
+        *how.tally
+            .fault_at
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(killed_at);
+        let extra = match how.plan.events.first() {
+            Some(event) => {
+                let (provider, body, give_up) = (
+                    how.provider.clone(),
+                    event.body.clone(),
+                    how.give_up.clone(),
+                );
+                Some(tokio::spawn(async move {
+                    provider.deliver(&body, &give_up).await
+                }))
+            }
+            None => None,
+        };
+        pair.wait_for_replay().await.map_err(|e| e.to_string())?;
+        tokio::time::sleep_until(killed_at + how.promote_after).await;
+        // Every 2xx so far came from the old primary: nothing else accepted
+        // writes. The standby is read-only and has replayed all it received.
+        let acked: std::collections::BTreeSet<String> = how
+            .acked
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .iter()
+            .map(|&i| how.plan.events[i].id.clone())
+            .collect();
+        let on_standby = Judge::connect(&pair.standby.url())
+            .await
+            .map_err(|e| e.to_string())?;
+        let kept: std::collections::BTreeSet<String> = on_standby
+            .event_ids()
+            .await
+            .map_err(|e| e.to_string())?
+            .into_iter()
+            .collect();
+        on_standby.close().await;
+        let lost: Vec<String> = acked.difference(&kept).cloned().collect();
+        pair.promote().await.map_err(|e| e.to_string())?;
+        let promoted = killed_at.elapsed();
+        self.judge
+            .repoint(&pair.standby.url())
+            .map_err(|e| e.to_string())?;
+        *self
+            .failover
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(FailoverFigures {
+            replication: pair.replication().as_str().to_owned(),
+            standby_cut_ms: u64::try_from(how.cut_standby.as_millis()).unwrap_or(u64::MAX),
+            acked_before_kill: acked.len() as u64,
+            acked_lost: lost.len() as u64,
+            acked_lost_samples: lost.iter().take(10).cloned().collect(),
+            kill_to_promoted_ms: u64::try_from(promoted.as_millis()).unwrap_or(u64::MAX),
+            kill_to_accepted_ms: None,
+        });
+        drop(guard);
+        if let Some(extra) = extra {
+            let _ = extra.await;
+        }
+        Ok(())
+    }
+}
+
 /// Every 30 s until `stop`, one line on stderr: where the run is.
 async fn progress(
     chaos: Arc<Chaos>,
@@ -395,18 +521,31 @@ async fn run(args: Args) -> Result<bool, String> {
     let out_dir = work.path().join("invoices");
     std::fs::create_dir_all(&log_dir).map_err(|e| e.to_string())?;
     std::fs::create_dir_all(&out_dir).map_err(|e| e.to_string())?;
-    let postgres = args.backend == BackendArg::Postgres;
+    let postgres = args.backend == BackendArg::Postgres || args.failover.is_some();
+    let replication = args.failover.map(|r| match r {
+        ReplicationArg::Sync => Replication::Sync,
+        ReplicationArg::Async => Replication::Async,
+    });
     println!(
-        "chaos: {} events, {} nodes, {} s of chaos on {}, seed {seed}; logs in {}",
+        "chaos: {} events, {} nodes, {} s of chaos on {}{}, seed {seed}; logs in {}",
         args.events,
         args.nodes,
         args.duration,
         if postgres { "postgres" } else { "sqlite" },
+        replication.map_or(String::new(), |r| format!(
+            ", failing over to a {} standby",
+            r.as_str()
+        )),
         log_dir.display()
     );
 
     let receipts = ReceiptService::start().await;
-    let database = if postgres {
+    let database = if let Some(replication) = replication {
+        let pair = ReplicaPair::start(replication)
+            .await
+            .map_err(|e| format!("cannot start a throwaway primary and standby: {e}"))?;
+        ChaosDatabase::Replicated(pair)
+    } else if postgres {
         let cluster = PgCluster::start()
             .await
             .map_err(|e| format!("cannot start a throwaway PostgreSQL cluster: {e}"))?;
@@ -415,17 +554,25 @@ async fn run(args: Args) -> Result<bool, String> {
         ChaosDatabase::Sqlite(tempfile::tempdir().map_err(|e| e.to_string())?)
     };
     let url = database.url();
+    let judge_url = database.judge_url();
     // The schema and the app's tables, once, before the nodes race for them.
     drop(
         payments::open(&url)
             .await
             .map_err(|e| format!("cannot prepare the database: {e}"))?,
     );
+    let pair = Arc::new(Mutex::new(None));
     let (cluster, _sqlite_dir) = match database {
         ChaosDatabase::Postgres(cluster) => (Arc::new(Mutex::new(Some(cluster))), None),
+        ChaosDatabase::Replicated(replicated) => {
+            *pair.lock().await = Some(replicated);
+            (Arc::new(Mutex::new(None)), None)
+        }
         ChaosDatabase::Sqlite(dir) => (Arc::new(Mutex::new(None)), Some(dir)),
     };
-    let judge = Judge::connect(&url).await.map_err(|e| e.to_string())?;
+    let judge = Judge::connect(&judge_url)
+        .await
+        .map_err(|e| e.to_string())?;
 
     let chaos = Arc::new(Chaos {
         spec: NodeSpec {
@@ -458,6 +605,7 @@ async fn run(args: Args) -> Result<bool, String> {
         zombies: AtomicU64::new(0),
         db_restarts: AtomicU64::new(0),
         db_down_ms: AtomicU64::new(0),
+        failover: std::sync::Mutex::new(None),
     });
     let mut starting = JoinSet::new();
     for slot in 0..args.nodes {
@@ -484,21 +632,30 @@ async fn run(args: Args) -> Result<bool, String> {
     );
     let give_up = CancellationToken::new();
     let in_flight = Arc::new(Semaphore::new(args.in_flight.max(1)));
+    let acked = Arc::new(std::sync::Mutex::new(Vec::new()));
     let chaos_started = Instant::now();
     let mut deliveries = JoinSet::new();
     for delivery in plan.deliveries.iter().copied() {
-        let (plan, provider, give_up, in_flight) = (
+        let (plan, provider, give_up, in_flight, acked) = (
             Arc::clone(&plan),
             provider.clone(),
             give_up.clone(),
             Arc::clone(&in_flight),
+            Arc::clone(&acked),
         );
         deliveries.spawn(async move {
             tokio::time::sleep_until(chaos_started + delivery.at).await;
             let _permit = in_flight.acquire_owned().await;
-            provider
+            let delivered = provider
                 .deliver(&plan.events[delivery.event].body, &give_up)
-                .await
+                .await;
+            if delivered != Delivered::GaveUp {
+                acked
+                    .lock()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner)
+                    .push(delivery.event);
+            }
+            delivered
         });
     }
 
@@ -507,7 +664,12 @@ async fn run(args: Args) -> Result<bool, String> {
     let watcher =
         tokio::spawn(Arc::clone(&chaos.orphans).watch(judge.clone(), orphan_watch.clone()));
     let stop_kills = CancellationToken::new();
-    let killer = tokio::spawn(Arc::clone(&chaos).killer(stop_kills.clone()));
+    // A failover run has one fault: the database's.
+    let killer = if replication.is_none() {
+        tokio::spawn(Arc::clone(&chaos).killer(stop_kills.clone()))
+    } else {
+        tokio::spawn(async { Ok(()) })
+    };
     let progress = tokio::spawn(progress(
         Arc::clone(&chaos),
         Arc::clone(&tally),
@@ -515,17 +677,37 @@ async fn run(args: Args) -> Result<bool, String> {
         orphan_watch.clone(),
     ));
     let incidents = {
-        let (chaos, provider, plan, give_up, cluster) = (
+        let (chaos, provider, plan, give_up, cluster, pair, tally, acked) = (
             Arc::clone(&chaos),
             provider.clone(),
             Arc::clone(&plan),
             give_up.clone(),
             Arc::clone(&cluster),
+            Arc::clone(&pair),
+            Arc::clone(&tally),
+            Arc::clone(&acked),
         );
         let lease = Duration::from_millis(args.lease_ms);
+        let promote_after = Duration::from_millis(args.promote_after_ms);
+        let cut_standby = Duration::from_millis(args.cut_standby_ms);
         async move {
             if !postgres {
                 return Ok::<(), String>(());
+            }
+            if replication.is_some() {
+                tokio::time::sleep_until(chaos_started + duration.mul_f64(0.5)).await;
+                return chaos
+                    .fail_over(FailoverPlan {
+                        pair: &pair,
+                        provider: &provider,
+                        tally: &tally,
+                        acked: &acked,
+                        plan: &plan,
+                        promote_after,
+                        cut_standby,
+                        give_up: &give_up,
+                    })
+                    .await;
             }
             tokio::time::sleep_until(chaos_started + duration.mul_f64(0.2)).await;
             chaos.zombie(lease).await?;
@@ -662,7 +844,9 @@ async fn run(args: Args) -> Result<bool, String> {
         drain_secs,
         total_secs: started.elapsed().as_secs_f64(),
         events_sent: plan.events.len() as u64,
-        deliveries: delivered.len() as u64 + get(&chaos.db_restarts),
+        deliveries: delivered.len() as u64
+            + get(&chaos.db_restarts)
+            + u64::from(replication.is_some()),
         attempts: SendTally::get(&tally.attempts),
         answered_new: SendTally::get(&tally.new),
         answered_duplicate: SendTally::get(&tally.duplicate),
@@ -704,6 +888,25 @@ async fn run(args: Args) -> Result<bool, String> {
         longest_wait_after_freeze_ms: millis(longest_freeze),
         orphans_left: chaos.orphans.still_waiting(),
         clean_exits,
+        failover: chaos
+            .failover
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .take()
+            .map(|mut failover| {
+                let fault_at = *tally
+                    .fault_at
+                    .lock()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner);
+                let accepted_at = *tally
+                    .first_2xx_after_fault
+                    .lock()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner);
+                failover.kill_to_accepted_ms = fault_at.zip(accepted_at).map(|(fault, first)| {
+                    u64::try_from((first - fault).as_millis()).unwrap_or(u64::MAX)
+                });
+                failover
+            }),
     };
     judge.close().await;
 
@@ -721,8 +924,9 @@ async fn run(args: Args) -> Result<bool, String> {
         let kept = work.keep();
         eprintln!("chaos: node logs and invoices kept in {}", kept.display());
     }
-    // The throwaway cluster stops and is removed here.
+    // The throwaway clusters stop and are removed here.
     cluster.lock().await.take();
+    pair.lock().await.take();
     Ok(ok)
 }
 

@@ -5,10 +5,11 @@
 use std::str::FromStr;
 use std::time::Duration;
 
-use sqlx::postgres::{PgPool, PgPoolOptions};
+use sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions};
 use sqlx::sqlite::{SqliteConnectOptions, SqlitePool, SqlitePoolOptions};
 
 use crate::pg_cluster::PgCluster;
+use crate::pg_replica::ReplicaPair;
 
 /// A read-only view of the run's database.
 #[derive(Debug, Clone)]
@@ -153,6 +154,15 @@ impl Judge {
         }
     }
 
+    /// Point the judge at another server (the promoted standby, after a
+    /// failover); connections to the old one are dropped as they fail.
+    pub fn repoint(&self, url: &str) -> Result<(), sqlx::Error> {
+        if let Judge::Postgres(pool) = self {
+            pool.set_connect_options(PgConnectOptions::from_str(url)?);
+        }
+        Ok(())
+    }
+
     /// Close the pool.
     pub async fn close(&self) {
         match self {
@@ -167,18 +177,31 @@ impl Judge {
 pub enum ChaosDatabase {
     /// A cluster of the run's own (stopped and removed on drop).
     Postgres(PgCluster),
+    /// A primary and its standby (`--failover`), removed on drop.
+    Replicated(ReplicaPair),
     /// A SQLite file in this temp dir.
     Sqlite(tempfile::TempDir),
 }
 
 impl ChaosDatabase {
-    /// The URL every node and the judge use.
+    /// The URL every node uses (both hosts of a replicated pair, with
+    /// `target_session_attrs=read-write`).
     pub fn url(&self) -> String {
         match self {
             ChaosDatabase::Postgres(cluster) => cluster.url(),
+            ChaosDatabase::Replicated(pair) => pair.url("postgres"),
             ChaosDatabase::Sqlite(dir) => {
                 format!("sqlite://{}", dir.path().join("chaos.db").display())
             }
+        }
+    }
+
+    /// The URL the judge uses: one host (the primary, until a failover
+    /// repoints it).
+    pub fn judge_url(&self) -> String {
+        match self {
+            ChaosDatabase::Replicated(pair) => pair.primary.url(),
+            _ => self.url(),
         }
     }
 }

@@ -17,6 +17,7 @@ use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::client::legacy::Client;
 use hyper_util::rt::TokioExecutor;
 use rand::Rng;
+use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 /// How long one attempt may take before it counts as a timeout.
@@ -82,6 +83,11 @@ pub struct SendTally {
     pub given_up: AtomicU64,
     /// The first few unexpected answers, for the report.
     pub unexpected_samples: Mutex<Vec<String>>,
+    /// When the database failed over (the primary was killed), if it did.
+    pub fault_at: Mutex<Option<Instant>>,
+    /// The first 2xx answer to an attempt sent after [`Self::fault_at`]:
+    /// deliveries were accepted again.
+    pub first_2xx_after_fault: Mutex<Option<Instant>>,
 }
 
 impl SendTally {
@@ -92,6 +98,21 @@ impl SendTally {
     /// A counter's value.
     pub fn get(counter: &AtomicU64) -> u64 {
         counter.load(Ordering::Relaxed)
+    }
+
+    /// Note a 2xx answer to an attempt sent at `sent_at`.
+    fn answered_2xx(&self, sent_at: Instant) {
+        let fault_at = *self.fault_at.lock().unwrap_or_else(PoisonError::into_inner);
+        if fault_at.is_some_and(|fault_at| sent_at >= fault_at) {
+            let mut first = self
+                .first_2xx_after_fault
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner);
+            let now = Instant::now();
+            if first.is_none_or(|first| now < first) {
+                *first = Some(now);
+            }
+        }
     }
 }
 
@@ -151,8 +172,10 @@ impl Provider {
             }
             if let Some(addr) = self.targets.pick() {
                 SendTally::bump(&self.tally.attempts);
+                let sent_at = Instant::now();
                 match self.attempt(addr, body).await {
                     Attempt::Answered(200..=299, word) => {
+                        self.tally.answered_2xx(sent_at);
                         let (counter, delivered) = match word.as_str() {
                             "new" => (&self.tally.new, Delivered::New),
                             "duplicate" => (&self.tally.duplicate, Delivered::Duplicate),

@@ -107,6 +107,31 @@ pub struct Figures {
     pub orphans_left: usize,
     /// Nodes that exited cleanly on the final SIGTERM.
     pub clean_exits: usize,
+    /// With `--failover`: what the failover cost.
+    pub failover: Option<FailoverFigures>,
+}
+
+/// What a failover (`--failover`) cost: the primary killed with
+/// `-m immediate` while deliveries continue, the standby promoted.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct FailoverFigures {
+    /// `sync` (`synchronous_standby_names` names the standby) or `async`.
+    pub replication: String,
+    /// How long before the kill the standby was cut off (`--cut-standby-ms`).
+    pub standby_cut_ms: u64,
+    /// Distinct events answered 2xx before the promotion (all by the old
+    /// primary: nothing else accepted writes).
+    pub acked_before_kill: u64,
+    /// Of those, events the standby did not have when it was promoted
+    /// (after replaying all it had received): acknowledged, then lost.
+    pub acked_lost: u64,
+    /// The first few of them.
+    pub acked_lost_samples: Vec<String>,
+    /// From the kill until `pg_ctl promote` returned, in ms.
+    pub kill_to_promoted_ms: u64,
+    /// From the kill until the first 2xx to a delivery attempt sent after
+    /// it: deliveries accepted again, in ms.
+    pub kill_to_accepted_ms: Option<u64>,
 }
 
 /// One check and whether it held.
@@ -216,6 +241,26 @@ impl Figures {
                 format!("{} answers", self.answers_503),
             ));
         }
+        if let Some(failover) = &self.failover {
+            checks.push(check(
+                "503 answered while no primary was reachable",
+                self.answers_503 > 0,
+                format!("{} answers", self.answers_503),
+            ));
+            checks.push(check(
+                "no acknowledged delivery lost in the failover",
+                failover.acked_lost == 0,
+                format!(
+                    "{} of {} acknowledged events missing on the promoted standby {:?}",
+                    failover.acked_lost, failover.acked_before_kill, failover.acked_lost_samples
+                ),
+            ));
+            checks.push(check(
+                "deliveries accepted again after the failover, without restarting a node",
+                failover.kill_to_accepted_ms.is_some(),
+                format!("{:?} ms after the kill", failover.kill_to_accepted_ms),
+            ));
+        }
         checks
     }
 
@@ -317,6 +362,24 @@ impl Figures {
                 format!("{} of {}", self.clean_exits, self.nodes),
             ),
         ];
+        let mut rows = rows;
+        if let Some(failover) = &self.failover {
+            rows.push((
+                "failover (primary killed, standby promoted)",
+                format!(
+                    "{} replication, standby cut {} ms before; promoted {} ms after the kill, \
+                     accepting again after {}",
+                    failover.replication,
+                    failover.standby_cut_ms,
+                    failover.kill_to_promoted_ms,
+                    ms(failover.kill_to_accepted_ms)
+                ),
+            ));
+            rows.push((
+                "acknowledged before the kill / lost",
+                format!("{} / {}", failover.acked_before_kill, failover.acked_lost),
+            ));
+        }
         let width = rows.iter().map(|(k, _)| k.len()).max().unwrap_or(0);
         let mut out = String::new();
         for (key, value) in rows {

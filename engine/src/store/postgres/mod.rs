@@ -5,6 +5,8 @@
 mod admin;
 mod admin_sql;
 mod debounce;
+mod failover;
+mod hosts;
 mod sql;
 mod wait;
 
@@ -62,6 +64,8 @@ pub struct PostgresStore {
     channel: String,
     marks: Arc<GroupCommit<OwnedMarkDone, Result<bool, StoreError>>>,
     inserts: Arc<GroupCommit<OwnedEventInsert, Result<InsertOutcome, StoreError>>>,
+    /// With several hosts: keeps the pool on the primary (`failover.rs`).
+    _follower: Option<failover::Follower>,
 }
 
 impl PostgresStore {
@@ -71,12 +75,16 @@ impl PostgresStore {
     }
 
     /// Connect and apply the schema.
+    ///
+    /// `url` may name several hosts, as libpq allows:
+    /// `postgres://user@host1:5432,host2:5432/db?target_session_attrs=read-write`.
+    /// The pool then uses the host that accepts writes, and moves to the new
+    /// primary after a failover, without a restart (docs/failover.md).
     pub async fn connect_with(url: &str, options: PostgresOptions) -> Result<Self, StoreError> {
-        let pool = PgPoolOptions::new()
+        let pool_options = PgPoolOptions::new()
             .max_connections(options.max_connections)
-            .acquire_timeout(options.acquire_timeout)
-            .connect(url)
-            .await?;
+            .acquire_timeout(options.acquire_timeout);
+        let (pool, follower) = failover::connect(url, pool_options).await?;
         let schema: String = sqlx::query_scalar("SELECT current_schema()")
             .fetch_one(&pool)
             .await?;
@@ -102,6 +110,7 @@ impl PostgresStore {
             )),
             pool,
             channel,
+            _follower: follower,
         };
         store.migrate().await?;
         Ok(store)
