@@ -23,7 +23,7 @@ pub struct Row {
 pub fn print(rows: &[Row]) {
     println!();
     println!(
-        "| round | processes | events | events/s | steps/s | × 1 process | 1 process, same slots: events/s | claims (events/claim, ms) | short claims under backlog | lock waits | takeovers | killed: held, max wait to claim / done s (lease) | re-runs after kill | active backends | top wait events (% of active samples) | correct |"
+        "| round | processes | events | events/s | steps/s | × 1 process | 1 process, same slots: events/s | claims (events/claim, ms) | short claims under backlog | lock waits | takeovers | killed: held (+ claimed by its connection after the kill), max wait to claim / done s (lease) | re-runs after kill | active backends | top wait events (% of active samples) | correct |"
     );
     println!("|---:|---:|---:|---:|---:|---:|---:|---|---:|---:|---:|---|---:|---:|---|---|");
     for row in rows {
@@ -37,8 +37,12 @@ pub fn print(rows: &[Row]) {
             .and_then(|k| k.kill.as_ref().map(|f| (k, f)))
             .map_or("–".to_owned(), |(_, f)| {
                 format!(
-                    "{}, {:.1} / {:.1} ({:.0} s)",
-                    f.held, f.max_wait_to_claim_s, f.max_wait_to_done_s, f.lease_s
+                    "{} (+{} after), {:.1} / {:.1} ({:.0} s)",
+                    f.held - f.claimed_after_kill,
+                    f.claimed_after_kill,
+                    f.max_wait_to_claim_s,
+                    f.max_wait_to_done_s,
+                    f.lease_s
                 )
             });
         let reruns = row

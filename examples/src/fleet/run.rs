@@ -61,10 +61,12 @@ pub struct RunConfig {
 /// What a SIGKILL under load cost.
 #[derive(Debug, Clone, Default, Serialize)]
 pub struct KillFigures {
-    /// Events finished (all workers) when the worker was killed.
+    /// Events the killed worker had finished when it was killed.
     pub killed_after_events: u64,
     /// Events the killed worker held (running or claimed ahead).
     pub held: usize,
+    /// Of those, events its connection's claim committed after the kill.
+    pub claimed_after_kill: usize,
     /// The workers' lease (`WorkerConfig::default().lease`).
     pub lease_s: f64,
     /// The latest of the held leases' expiries, after the kill.
@@ -459,9 +461,16 @@ struct Killed {
     at_db: DateTime<Utc>,
     after_events: u64,
     lease_left_max_s: f64,
+    /// Held events found after the kill (a claim committed by its
+    /// connection after the process died).
+    claimed_after_kill: usize,
     /// Held event → when it was claimed again and done.
     held: HashMap<i64, Followed>,
 }
+
+/// A held event as looked at: id, lease owner, state, finished and lease
+/// expiry (seconds after the kill).
+type HeldRow = (i64, Option<String>, String, Option<f64>, f64);
 
 /// A held event, followed after the kill: seconds after it.
 #[derive(Debug, Clone, Copy, Default)]
@@ -495,6 +504,7 @@ impl Killed {
             at_db,
             after_events,
             lease_left_max_s,
+            claimed_after_kill: 0,
             held: rows
                 .into_iter()
                 .map(|(id, _)| (id, Followed::default()))
@@ -508,18 +518,30 @@ impl Killed {
             return Ok(());
         }
         let ids: Vec<i64> = self.held.keys().copied().collect();
-        let rows: Vec<(i64, Option<String>, String, Option<f64>)> = sqlx::query_as(
-            "SELECT id, lease_owner, state, extract(epoch FROM finished_at - $2)::float8
-             FROM tickmark_events WHERE id = ANY($1)",
+        // The dead worker's connection may still commit a claim it sent
+        // before the kill (the server notices the client is gone only when
+        // it answers): those events are held too, and found here.
+        let rows: Vec<HeldRow> = sqlx::query_as(
+            "SELECT id, lease_owner, state, extract(epoch FROM finished_at - $2)::float8,
+                    extract(epoch FROM due_at - $2)::float8
+             FROM tickmark_events
+             WHERE id = ANY($1) OR (lease_owner = $3 AND state = 'running')",
         )
         .bind(&ids)
         .bind(self.at_db)
+        .bind(&self.owner)
         .fetch_all(pool)
         .await?;
         let now = self.at.elapsed().as_secs_f64();
-        for (id, owner, state, finished) in rows {
+        for (id, owner, state, finished, due) in rows {
+            if !self.held.contains_key(&id) {
+                self.claimed_after_kill += 1;
+            }
             let entry = self.held.entry(id).or_default();
             let mine = owner.as_deref() == Some(self.owner.as_str());
+            if mine && state == "running" {
+                self.lease_left_max_s = self.lease_left_max_s.max(due);
+            }
             if entry.claimed_s.is_none() && !mine {
                 entry.claimed_s = Some(now);
             }
@@ -531,7 +553,7 @@ impl Killed {
     }
 
     fn settled(&self) -> bool {
-        self.held.values().all(|h| h.done_s.is_some())
+        self.at.elapsed() > Duration::from_secs(2) && self.held.values().all(|h| h.done_s.is_some())
     }
 
     fn figures(&self) -> KillFigures {
@@ -541,6 +563,7 @@ impl Killed {
         KillFigures {
             killed_after_events: self.after_events,
             held: self.held.len(),
+            claimed_after_kill: self.claimed_after_kill,
             lease_s: tickmark::WorkerConfig::default().lease.as_secs_f64(),
             lease_left_max_s: round(self.lease_left_max_s),
             max_wait_to_claim_s: round(max(|h| h.claimed_s)),
