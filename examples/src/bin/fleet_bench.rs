@@ -36,7 +36,7 @@ use tickmark_examples::fleet::run::{run, RunConfig};
 
 /// Scale-out benchmark: 1, 2, 4, 8 worker processes on one PostgreSQL database.
 #[derive(Debug, Parser)]
-#[command(version, about, long_about = None)]
+#[command(version, long_about = None, args_override_self = true)]
 struct Args {
     /// PostgreSQL server (without `search_path`: every run works in a fresh
     /// schema, dropped afterwards). The user needs to be allowed to set
