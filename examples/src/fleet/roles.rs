@@ -92,7 +92,7 @@ fn stdin_lines() -> mpsc::UnboundedReceiver<String> {
 }
 
 /// A receiver process: serve the Stripe source on `127.0.0.1:0`, say the
-/// address, stop gracefully on SIGTERM.
+/// address, stop gracefully on SIGTERM or when stdin closes.
 pub async fn receiver(url: &str, call_ms: u64) -> Result<(), BoxError> {
     let store = Arc::new(PostgresStore::connect(url).await?);
     let engine = engine(store, call_ms)?;
@@ -101,8 +101,16 @@ pub async fn receiver(url: &str, call_ms: u64) -> Result<(), BoxError> {
         .router();
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
     Message::Listening(listener.local_addr()?.to_string()).say();
+    // Stop on SIGTERM, or when stdin closes: the coordinator is gone.
+    let mut stdin = stdin_lines();
+    let stop = async move {
+        tokio::select! {
+            _ = crate::shutdown::shutdown_signal() => {}
+            _ = async { while stdin.recv().await.is_some() {} } => {}
+        }
+    };
     axum::serve(listener, router)
-        .with_graceful_shutdown(crate::shutdown::shutdown_signal())
+        .with_graceful_shutdown(stop)
         .await?;
     Ok(())
 }
