@@ -1,6 +1,7 @@
 //! Shared code of the tickmark examples.
 
 pub mod bench;
+pub mod fleet;
 pub mod payments;
 pub mod secrets;
 pub mod shopsync;
