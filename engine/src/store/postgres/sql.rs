@@ -95,7 +95,8 @@ pub const DEBOUNCE_SCHEDULE: &str = "
 /// sources and kinds at this worker's limits are skipped.
 pub const EVENT_CLAIM_MANY: &str = "SELECT * FROM tickmark_claim($1, $2::int, $3, $4, $5)";
 
-/// Extend every lease still held under its token; an expired lease is not revived.
+/// Extend every lease still held under its token; an expired lease is not
+/// revived. The caller sorts by event, the lock order of the mark batches.
 pub const EVENT_HEARTBEAT_MANY: &str = "
     UPDATE tickmark_events AS e
     SET due_at = now() + make_interval(secs => $3)
