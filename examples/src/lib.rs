@@ -5,3 +5,4 @@ pub mod payments;
 pub mod secrets;
 pub mod shopsync;
 pub mod shutdown;
+pub mod soak;
