@@ -390,7 +390,10 @@ mod tests {
             .map(|i| sample(f64::from(i) * 10.0, if i <= 2 { 500 } else { 400 }, 2.0))
             .collect();
         let summary = Summary::new(&samples, 200.0 / 60.0, 50.0, Correctness::default(), false);
-        let (first, last) = (summary.first.unwrap(), summary.last.unwrap());
+        let (first, last) = (
+            summary.first.clone().unwrap(),
+            summary.last.clone().unwrap(),
+        );
         assert_eq!((first.from_s, first.to_s), (0.0, 20.0));
         assert_eq!((last.from_s, last.to_s), (180.0, 200.0));
         assert_eq!(first.acks_per_s, 50.0);
