@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 use tickmark::store::admin::{
-    Admin, AuditEntry, Decide, EventFilter, KeySlots, StatusReport, TransitionError,
+    Admin, AuditEntry, Decide, EventFilter, KeySlots, PruneBatch, StatusReport, TransitionError,
 };
 use tickmark::store::sqlite::SqliteStore;
 use tickmark::store::{
@@ -571,15 +571,14 @@ impl Admin for SimStore {
             .block(self.inner.event_transition(event_seq, decide))
     }
 
-    async fn event_prune(
-        &self,
-        older_than: Duration,
-        include_dead: bool,
-        batch: u32,
-    ) -> Result<u64, StoreError> {
+    async fn event_prune(&self, prune: &PruneBatch) -> Result<u64, StoreError> {
+        self.world.db.block(self.inner.event_prune(prune))
+    }
+
+    async fn tombstone_prune(&self, dedup_window: Duration, batch: u32) -> Result<u64, StoreError> {
         self.world
             .db
-            .block(self.inner.event_prune(older_than, include_dead, batch))
+            .block(self.inner.tombstone_prune(dedup_window, batch))
     }
 
     async fn sources(&self) -> Result<Vec<String>, StoreError> {

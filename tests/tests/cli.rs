@@ -402,8 +402,10 @@ async fn cancel_stops_a_running_worker(db: TestDb) {
         .is_empty());
 }
 
-/// `prune` refuses a window shorter than the sources' retry windows, works
-/// with `--i-know`, and reports what it deleted.
+/// `prune` refuses a dedup window shorter than the sources' retry windows
+/// (unless `--i-know`), deletes old events however short `--older-than` is
+/// while their tombstones keep the default 14-day dedup window, and reports
+/// what it deleted.
 async fn prune_refuses_an_unsafe_window(db: TestDb) {
     let engine = engine(&db, three_steps());
     for id in ["evt_old_1", "evt_old_2", "evt_old_3", "evt_new"] {
@@ -421,7 +423,11 @@ async fn prune_refuses_an_unsafe_window(db: TestDb) {
     run_until_idle(&db, three_steps()).await;
     age(&db, &["evt_old_1", "evt_old_2", "evt_old_3", "evt_st"], 2).await;
 
-    let refused = tickmark(&db, &["prune", "--older-than", "1h"]).await;
+    let refused = tickmark(
+        &db,
+        &["prune", "--older-than", "1h", "--dedup-window", "1h"],
+    )
+    .await;
     assert_eq!(refused.code, 4, "{refused:?}");
     assert!(
         refused.stderr.contains("`stripe` (3d)") && refused.stderr.contains("--i-know"),
@@ -439,7 +445,6 @@ async fn prune_refuses_an_unsafe_window(db: TestDb) {
             "prune",
             "--older-than",
             "1h",
-            "--i-know",
             "--batch",
             "2",
             "--progress",
@@ -456,6 +461,22 @@ async fn prune_refuses_an_unsafe_window(db: TestDb) {
     assert_eq!(
         (json["deleted"].clone(), json["batches"].clone()),
         (json!(4), json!(2))
+    );
+    assert_eq!(json["dedup_window_seconds"], 14 * 86_400);
+    assert_eq!(json["tombstones_expired"], 0);
+    let redelivered = engine
+        .accept(NewEvent::with_id(
+            "stripe",
+            "evt_st",
+            "invoice.paid",
+            json!({}),
+        ))
+        .await
+        .unwrap();
+    assert_eq!(
+        redelivered,
+        tickmark::Accepted::Duplicate,
+        "a pruned event's tombstone answers its redelivery"
     );
     let left = tickmark(&db, &["events", "list", "--json"])
         .await

@@ -1,6 +1,7 @@
 //! How long each provider keeps redelivering an event it got no 2xx for.
-//! Accepted events must be remembered at least this long (the dedup window):
-//! a redelivery of a pruned event would be accepted as new and run again.
+//! Accepted events must be remembered at least this long (the dedup window,
+//! kept by prune's tombstones): a redelivery after it would be accepted as
+//! new and run again.
 
 use std::time::Duration;
 

@@ -185,8 +185,10 @@ async fn verify_then_accept(
 }
 
 /// Whether a duplicate matched on its replay key rather than its event id:
-/// no event has this id, so another id carried the same signed bytes. One
-/// read, on duplicates of sources with a replay key only.
+/// no event has this id, so another id carried the same signed bytes (or the
+/// event was pruned and a tombstone answered: which of its keys matched, a
+/// tombstone does not say). One read, on duplicates of sources with a replay
+/// key only.
 async fn is_replay(shared: &Shared, source: &str, event_id: &str) -> bool {
     matches!(
         shared.engine.store().event_find(source, event_id).await,

@@ -132,20 +132,35 @@ pub trait Admin: Send + Sync {
         decide: &Decide<'_>,
     ) -> Result<EventRecord, TransitionError>;
 
-    /// Delete up to `batch` finished events (done, ignored, cancelled, stale,
-    /// superseded;
-    /// and dead when `include_dead`) received more than `older_than` ago,
-    /// oldest first, with their steps and audit rows. Returns how many were
-    /// deleted (fewer than `batch`: nothing is left).
-    async fn event_prune(
-        &self,
-        older_than: Duration,
-        include_dead: bool,
-        batch: u32,
-    ) -> Result<u64, StoreError>;
+    /// Delete up to `prune.batch` finished events (done, ignored, cancelled,
+    /// stale, superseded; and dead when `prune.include_dead`) received more
+    /// than `prune.older_than` ago, oldest first, with their steps and audit
+    /// rows, leaving a tombstone per key of those received within
+    /// `prune.dedup_window` ([`tombstone`](super::tombstone)). Returns how
+    /// many events were deleted (fewer than the batch: nothing is left).
+    async fn event_prune(&self, prune: &PruneBatch) -> Result<u64, StoreError>;
 
-    /// The sources that have events (for prune's safety check).
+    /// Delete up to `batch` tombstones of events accepted more than
+    /// `dedup_window` ago, oldest first: their keys may be accepted again.
+    /// Returns how many were deleted (fewer than `batch`: none is left).
+    async fn tombstone_prune(&self, dedup_window: Duration, batch: u32) -> Result<u64, StoreError>;
+
+    /// The sources that have events or tombstones (for prune's safety check).
     async fn sources(&self) -> Result<Vec<String>, StoreError>;
+}
+
+/// One batch of [`Admin::event_prune`].
+#[derive(Debug, Clone, Copy)]
+pub struct PruneBatch {
+    /// Events received longer ago than this lose their payload, plan and steps.
+    pub older_than: Duration,
+    /// Of those, the ones received within this window leave tombstones, so
+    /// their redeliveries are still duplicates.
+    pub dedup_window: Duration,
+    /// Dead events too (they wait for an operator: deleting them gives them up).
+    pub include_dead: bool,
+    /// Most events deleted in this batch's transaction.
+    pub batch: u32,
 }
 
 /// An event as a transition found it: read, locked, in the transition's

@@ -19,6 +19,7 @@ mod records;
 #[cfg(feature = "sqlite")]
 #[cfg_attr(docsrs, doc(cfg(feature = "sqlite")))]
 pub mod sqlite;
+pub mod tombstone;
 mod transaction;
 pub(crate) mod transient;
 pub(crate) mod wait;

@@ -10,7 +10,8 @@ use serde::{Deserialize, Serialize};
 use serde_json::json;
 use tickmark::operator::{Actor, AdminError, Operations, RetryRequest};
 use tickmark::store::admin::{
-    AuditNote, Decision, EventFilter, EventSnapshot, SettledAs, TransitionError, Verdict,
+    AuditNote, Decision, EventFilter, EventSnapshot, PruneBatch, SettledAs, TransitionError,
+    Verdict,
 };
 use tickmark::store::{ClaimParams, ClaimedEvent, MarkDone};
 use tickmark::{
@@ -131,7 +132,8 @@ fn assert_lease_lost<T: std::fmt::Debug>(result: Result<T, StoreError>, what: &s
     );
 }
 
-async fn run_until_idle(db: &TestDb, handlers: Handlers) {
+/// Run a quick worker with `handlers` on `db` until nothing is due.
+pub async fn run_until_idle(db: &TestDb, handlers: Handlers) {
     engine(db, handlers)
         .worker(quick_worker("w"))
         .expect("valid worker settings")
@@ -920,9 +922,27 @@ pub async fn prune_deletes_only_finished_events_older_than_the_cutoff(db: TestDb
     }
 
     let three_days = Duration::from_secs(3 * 86_400);
-    assert_eq!(db.store.event_prune(three_days, false, 2).await.unwrap(), 2);
-    assert_eq!(db.store.event_prune(three_days, false, 2).await.unwrap(), 1);
-    assert_eq!(db.store.event_prune(three_days, false, 2).await.unwrap(), 0);
+    assert_eq!(
+        db.store
+            .event_prune(&prune(three_days, false, 2))
+            .await
+            .unwrap(),
+        2
+    );
+    assert_eq!(
+        db.store
+            .event_prune(&prune(three_days, false, 2))
+            .await
+            .unwrap(),
+        1
+    );
+    assert_eq!(
+        db.store
+            .event_prune(&prune(three_days, false, 2))
+            .await
+            .unwrap(),
+        0
+    );
     let mut left: Vec<String> = db
         .store
         .event_list(&EventFilter {
@@ -954,7 +974,13 @@ pub async fn prune_deletes_only_finished_events_older_than_the_cutoff(db: TestDb
     }
     assert!(db.probe.scalar("SELECT count(*) FROM tickmark_steps").await > 0);
 
-    assert_eq!(db.store.event_prune(three_days, true, 10).await.unwrap(), 1);
+    assert_eq!(
+        db.store
+            .event_prune(&prune(three_days, true, 10))
+            .await
+            .unwrap(),
+        1
+    );
     assert!(db
         .store
         .event_find("shop", "evt_dead_old")
@@ -963,12 +989,23 @@ pub async fn prune_deletes_only_finished_events_older_than_the_cutoff(db: TestDb
         .is_none());
     assert_eq!(
         db.store
-            .event_prune(Duration::from_secs(3600), true, 10)
+            .event_prune(&prune(Duration::from_secs(3600), true, 10))
             .await
             .unwrap(),
         0,
         "a pending event is never pruned, and a new one is not old enough"
     );
+}
+
+/// One prune batch: events older than `older_than`, with tombstones for
+/// those within prune's default dedup window (14 days).
+fn prune(older_than: Duration, include_dead: bool, batch: u32) -> PruneBatch {
+    PruneBatch {
+        older_than,
+        dedup_window: Duration::from_secs(14 * 86_400),
+        include_dead,
+        batch,
+    }
 }
 
 /// Status: counts by state and source (in lifecycle order), the oldest due

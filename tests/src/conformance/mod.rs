@@ -12,6 +12,7 @@ pub mod portable_sql;
 pub mod retries;
 pub mod running;
 pub mod shutdown;
+pub mod tombstones;
 pub mod waits;
 
 use std::time::Duration;
@@ -123,6 +124,10 @@ macro_rules! conformance_suite {
             admin::skipping_a_middle_step_runs_the_rest,
             admin::a_forced_retry_of_an_interrupted_event_fences_the_old_lease,
             admin::prune_deletes_only_finished_events_older_than_the_cutoff,
+            tombstones::a_redelivery_of_a_pruned_event_is_a_duplicate_within_the_dedup_window,
+            tombstones::a_pruned_events_replay_key_still_catches_a_replay,
+            tombstones::an_event_older_than_the_dedup_window_leaves_no_tombstone,
+            tombstones::a_batch_mixing_pruned_and_new_keys_answers_each,
             admin::status_counts_states_stuck_events_and_throughput,
             admin::events_are_listed_and_looked_up_by_number_or_key,
             portable_sql::a_transactional_step_written_once_runs_on_either_backend,

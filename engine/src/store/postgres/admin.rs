@@ -13,7 +13,7 @@ use super::{admin_sql as sql, record_from_row, sql as engine_sql, PostgresStore}
 use crate::event::EventState;
 use crate::store::admin::{
     Admin, AuditEntry, AuditNote, Decide, Decision, EventFilter, EventSnapshot, KeySlots,
-    StatusReport, TransitionError,
+    PruneBatch, StatusReport, TransitionError,
 };
 use crate::store::Store;
 use crate::store::{decode, EventRecord, StoreError};
@@ -293,15 +293,20 @@ impl Admin for PostgresStore {
         Ok(record)
     }
 
-    async fn event_prune(
-        &self,
-        older_than: Duration,
-        include_dead: bool,
-        batch: u32,
-    ) -> Result<u64, StoreError> {
+    async fn event_prune(&self, prune: &PruneBatch) -> Result<u64, StoreError> {
         let pruned: i64 = sqlx::query_scalar(sql::EVENT_PRUNE)
-            .bind(older_than.as_secs_f64())
-            .bind(include_dead)
+            .bind(prune.older_than.as_secs_f64())
+            .bind(prune.include_dead)
+            .bind(i64::from(prune.batch))
+            .bind(prune.dedup_window.as_secs_f64())
+            .fetch_one(&self.pool)
+            .await?;
+        Ok(u64::try_from(pruned).unwrap_or(0))
+    }
+
+    async fn tombstone_prune(&self, dedup_window: Duration, batch: u32) -> Result<u64, StoreError> {
+        let pruned: i64 = sqlx::query_scalar(sql::TOMBSTONE_PRUNE)
+            .bind(dedup_window.as_secs_f64())
             .bind(i64::from(batch))
             .fetch_one(&self.pool)
             .await?;

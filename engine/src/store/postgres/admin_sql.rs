@@ -51,8 +51,10 @@ pub const EVENT_BY_DEDUP_KEY: &str = concat!(
 /// The stored plan of one event.
 pub const EVENT_PLAN: &str = "SELECT plan::text FROM tickmark_events WHERE id = $1";
 
-/// The sources that have events.
-pub const SOURCES: &str = "SELECT DISTINCT source FROM tickmark_events ORDER BY source";
+/// The sources that have events or tombstones.
+pub const SOURCES: &str = "
+    SELECT source FROM tickmark_events UNION SELECT source FROM tickmark_tombstones
+    ORDER BY source";
 
 /// One event's audit trail, oldest first.
 pub const AUDIT_LIST: &str = "
@@ -154,11 +156,14 @@ pub const AUDIT_INSERT: &str = "
 /// Wake listening workers (delivered at commit, and only then).
 pub const NOTIFY: &str = "SELECT pg_notify($1, '')";
 
-/// Delete up to `$3` finished events received more than `$1` seconds ago
-/// (dead ones too when `$2`), oldest first, with their steps (deleted here:
-/// migration 0006 dropped that foreign key), match keys and audit rows (`ON DELETE
-/// CASCADE`); the number of events deleted. Rows an action holds are
-/// skipped, and the state is checked again on the locked row.
+/// Delete up to $3 finished events received more than $1 seconds ago (dead
+/// ones too when $2), oldest first, with their steps (deleted here: migration
+/// 0006 dropped that foreign key), match keys and audit rows (`ON DELETE
+/// CASCADE`); the number of events deleted. Rows an action holds are skipped,
+/// and the state is checked again on the locked row. Those
+/// received within the dedup window ($4 seconds) leave a tombstone per key,
+/// in the same transaction: an accept of one of their keys that raced this
+/// delete finds it when it looks after its insert.
 pub const EVENT_PRUNE: &str = "
     WITH gone AS (
     DELETE FROM tickmark_events
@@ -171,13 +176,38 @@ pub const EVENT_PRUNE: &str = "
         FOR UPDATE SKIP LOCKED
     )
     AND (state IN ('done', 'ignored', 'cancelled', 'stale', 'superseded') OR ($2 AND state = 'dead'))
-    RETURNING id
+    RETURNING id, source, dedup_key, replay_key, received_at
     ),
     steps AS (
         DELETE FROM tickmark_steps WHERE event_seq IN (SELECT id FROM gone)
     ),
     keys AS (
         DELETE FROM tickmark_match_keys WHERE event_seq IN (SELECT id FROM gone)
+    ),
+    tombstones AS (
+        INSERT INTO tickmark_tombstones (source, key_hash, accepted_at)
+        SELECT source, tickmark_key_hash(k.kind, k.key), received_at
+        FROM gone
+        CROSS JOIN LATERAL (VALUES ('dedup', dedup_key), ('replay', replay_key)) AS k (kind, key)
+        WHERE k.key IS NOT NULL AND received_at >= now() - make_interval(secs => $4)
+        ON CONFLICT (source, key_hash)
+            DO UPDATE SET accepted_at = greatest(tickmark_tombstones.accepted_at, EXCLUDED.accepted_at)
+    )
+    SELECT count(*) FROM gone";
+
+/// Delete up to $2 tombstones of events accepted more than $1 seconds ago,
+/// oldest first.
+pub const TOMBSTONE_PRUNE: &str = "
+    WITH gone AS (
+        DELETE FROM tickmark_tombstones
+        WHERE (source, key_hash) IN (
+            SELECT source, key_hash FROM tickmark_tombstones
+            WHERE accepted_at < now() - make_interval(secs => $1)
+            ORDER BY accepted_at
+            LIMIT $2
+            FOR UPDATE SKIP LOCKED
+        )
+        RETURNING 1
     )
     SELECT count(*) FROM gone";
 

@@ -38,6 +38,12 @@ impl PostgresStore {
         let Some((seq, now)) = inserted else {
             return Ok(InsertOutcome::Duplicate);
         };
+        if !super::undo_tombstoned(&mut tx, [seq].into_iter())
+            .await?
+            .is_empty()
+        {
+            return Ok(InsertOutcome::Duplicate);
+        }
         // Locked: a claim that holds one of them is waited for, and then it
         // is no longer waiting (it started).
         let waiting: Vec<(i64, Option<i64>, Option<DateTime<Utc>>)> =

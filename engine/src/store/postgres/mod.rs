@@ -184,7 +184,8 @@ const MAX_INSERT_BATCH: usize = 256;
 /// (`StoreError::Overloaded`, a 503 from the receiver).
 const INSERT_QUEUE: usize = 2 * MAX_INSERT_BATCH;
 
-/// Insert a batch of events in one statement; each answer is New or Duplicate.
+/// Insert a batch of events in one statement, then undo those a tombstone
+/// refuses, in one transaction; each answer is New or Duplicate.
 fn insert_many(
     pool: PgPool,
     channel: String,
@@ -200,48 +201,56 @@ fn insert_many(
                     .cmp(&(&events[b].source, &events[b].dedup_key))
             });
             let rows: Vec<&OwnedEventInsert> = order.iter().map(|&i| &events[i]).collect();
-            let result: Result<Vec<(i64, String, String)>, sqlx::Error> =
-                sqlx::query_as(sql::EVENT_INSERT_MANY)
-                    .bind(rows.iter().map(|e| e.source.as_str()).collect::<Vec<_>>())
-                    .bind(
-                        rows.iter()
-                            .map(|e| e.dedup_key.as_str())
-                            .collect::<Vec<_>>(),
-                    )
-                    .bind(rows.iter().map(|e| e.kind.as_str()).collect::<Vec<_>>())
-                    .bind(
-                        rows.iter()
-                            .map(|e| e.payload_json.as_str())
-                            .collect::<Vec<_>>(),
-                    )
-                    .bind(
-                        rows.iter()
-                            .map(|e| e.plan_json.as_str())
-                            .collect::<Vec<_>>(),
-                    )
-                    .bind(rows.iter().map(|e| e.state.as_str()).collect::<Vec<_>>())
-                    .bind(rows.iter().map(|e| e.step_count).collect::<Vec<_>>())
-                    .bind(rows.iter().map(|e| e.not_before).collect::<Vec<_>>())
-                    .bind(
-                        rows.iter()
-                            .map(|e| e.resource_key.as_deref())
-                            .collect::<Vec<_>>(),
-                    )
-                    .bind(rows.iter().map(|e| e.resource_seq).collect::<Vec<_>>())
-                    .bind(&channel)
-                    .bind(
-                        rows.iter()
-                            .map(|e| e.replay_key.as_deref())
-                            .collect::<Vec<_>>(),
-                    )
-                    .bind(
-                        rows.iter()
-                            .map(|e| e.limit_key.as_deref())
-                            .collect::<Vec<_>>(),
-                    )
-                    .bind(rows.iter().map(|e| e.limit_n).collect::<Vec<_>>())
-                    .fetch_all(&pool)
-                    .await;
+            let result = async {
+                let mut tx = pool.begin().await?;
+                let mut inserted: Vec<(i64, String, String)> =
+                    sqlx::query_as(sql::EVENT_INSERT_MANY)
+                        .bind(rows.iter().map(|e| e.source.as_str()).collect::<Vec<_>>())
+                        .bind(
+                            rows.iter()
+                                .map(|e| e.dedup_key.as_str())
+                                .collect::<Vec<_>>(),
+                        )
+                        .bind(rows.iter().map(|e| e.kind.as_str()).collect::<Vec<_>>())
+                        .bind(
+                            rows.iter()
+                                .map(|e| e.payload_json.as_str())
+                                .collect::<Vec<_>>(),
+                        )
+                        .bind(
+                            rows.iter()
+                                .map(|e| e.plan_json.as_str())
+                                .collect::<Vec<_>>(),
+                        )
+                        .bind(rows.iter().map(|e| e.state.as_str()).collect::<Vec<_>>())
+                        .bind(rows.iter().map(|e| e.step_count).collect::<Vec<_>>())
+                        .bind(rows.iter().map(|e| e.not_before).collect::<Vec<_>>())
+                        .bind(
+                            rows.iter()
+                                .map(|e| e.resource_key.as_deref())
+                                .collect::<Vec<_>>(),
+                        )
+                        .bind(rows.iter().map(|e| e.resource_seq).collect::<Vec<_>>())
+                        .bind(&channel)
+                        .bind(
+                            rows.iter()
+                                .map(|e| e.replay_key.as_deref())
+                                .collect::<Vec<_>>(),
+                        )
+                        .bind(
+                            rows.iter()
+                                .map(|e| e.limit_key.as_deref())
+                                .collect::<Vec<_>>(),
+                        )
+                        .bind(rows.iter().map(|e| e.limit_n).collect::<Vec<_>>())
+                        .fetch_all(&mut *tx)
+                        .await?;
+                let refused = undo_tombstoned(&mut tx, inserted.iter().map(|(id, ..)| *id)).await?;
+                inserted.retain(|(id, ..)| !refused.contains(id));
+                tx.commit().await?;
+                Ok::<_, StoreError>(inserted)
+            }
+            .await;
             match result {
                 Ok(inserted) => {
                     // A key inserted by this batch is New for its first
@@ -262,13 +271,27 @@ fn insert_many(
                         })
                         .collect()
                 }
-                Err(error) => {
-                    let error = StoreError::from(error);
-                    events.iter().map(|_| Err(copy_error(&error))).collect()
-                }
+                Err(error) => events.iter().map(|_| Err(copy_error(&error))).collect(),
             }
         })
     })
+}
+
+/// Delete, in `tx`, the events of `inserted` whose keys have tombstones
+/// (accepted before, then pruned); their ids. An accept answers each of
+/// them Duplicate.
+async fn undo_tombstoned(
+    tx: &mut sqlx::PgConnection,
+    inserted: impl Iterator<Item = i64>,
+) -> Result<Vec<i64>, StoreError> {
+    let inserted: Vec<i64> = inserted.collect();
+    if inserted.is_empty() {
+        return Ok(Vec::new());
+    }
+    Ok(sqlx::query_scalar(sql::TOMBSTONED_UNDO)
+        .bind(&inserted)
+        .fetch_all(tx)
+        .await?)
 }
 
 /// Concurrent marks share a commit, one batch at a time: the marks that

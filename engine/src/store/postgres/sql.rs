@@ -31,6 +31,20 @@ pub const EVENT_INSERT_MANY: &str = "
     FROM inserted
     LEFT JOIN LATERAL (SELECT pg_notify($11, '') WHERE inserted.state = 'pending') AS woken ON true";
 
+/// Of the events just inserted ($1), delete those a tombstone says were
+/// accepted before (a pruned event, by its dedup or its replay key), and
+/// answer their ids. Run after the insert, in its transaction, so that it
+/// sees the tombstone of a prune the insert waited for (store/tombstone.rs).
+pub const TOMBSTONED_UNDO: &str = "
+    DELETE FROM tickmark_events AS e
+    WHERE e.id = ANY($1)
+      AND EXISTS (
+          SELECT 1 FROM tickmark_tombstones AS t
+          WHERE t.source = e.source
+            AND t.key_hash IN (tickmark_key_hash('dedup', e.dedup_key),
+                               tickmark_key_hash('replay', e.replay_key)))
+    RETURNING e.id";
+
 /// Accepts of one debounce key take turns (until the transaction ends).
 pub const DEBOUNCE_LOCK: &str =
     "SELECT pg_advisory_xact_lock(hashtextextended('tickmark.debounce:' || $1, 0))";

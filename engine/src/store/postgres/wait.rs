@@ -170,6 +170,12 @@ impl PostgresStore {
         let Some(seq) = inserted else {
             return Ok(InsertOutcome::Duplicate);
         };
+        if !super::undo_tombstoned(&mut tx, [seq].into_iter())
+            .await?
+            .is_empty()
+        {
+            return Ok(InsertOutcome::Duplicate);
+        }
         let woken = self
             .record_match_keys(&mut tx, seq, event.match_keys)
             .await?;

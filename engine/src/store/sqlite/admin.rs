@@ -15,8 +15,9 @@ use super::{admin_sql as sql, record_from_row, sql as engine_sql, SqliteStore};
 use crate::event::EventState;
 use crate::store::admin::{
     Admin, AuditEntry, AuditNote, Decide, Decision, EventFilter, EventSnapshot, KeySlots,
-    StatusReport, TransitionError,
+    PruneBatch, StatusReport, TransitionError,
 };
+use crate::store::tombstone::{key_hash, KeyKind};
 use crate::store::Store;
 use crate::store::{decode, EventRecord, StoreError};
 
@@ -323,16 +324,53 @@ impl Admin for SqliteStore {
         Ok(record)
     }
 
-    async fn event_prune(
-        &self,
-        older_than: Duration,
-        include_dead: bool,
-        batch: u32,
-    ) -> Result<u64, StoreError> {
+    async fn event_prune(&self, prune: &PruneBatch) -> Result<u64, StoreError> {
         let (turn, mut tx) = self.begin_write().await?;
+        let now = self.clock.now();
+        let picked: Vec<(i64, String, String, Option<String>, String)> =
+            sqlx::query_as(sql::EVENT_PRUNE_PICK)
+                .bind(before_now(now, prune.older_than))
+                .bind(prune.include_dead)
+                .bind(i64::from(prune.batch))
+                .fetch_all(&mut *tx)
+                .await?;
+        // SQLite has no SHA-256: the tombstones' hashes are computed here,
+        // in the batch's transaction.
+        let window_start = before_now(now, prune.dedup_window);
+        for (_, source, dedup_key, replay_key, received_at) in &picked {
+            if *received_at < window_start {
+                continue;
+            }
+            let keys = [
+                Some((KeyKind::Dedup, dedup_key.as_str())),
+                replay_key.as_deref().map(|key| (KeyKind::Replay, key)),
+            ];
+            for (kind, key) in keys.into_iter().flatten() {
+                sqlx::query(sql::TOMBSTONE_KEEP)
+                    .bind(source)
+                    .bind(&key_hash(kind, key)[..])
+                    .bind(received_at)
+                    .execute(&mut *tx)
+                    .await?;
+            }
+        }
+        let ids: Vec<i64> = picked.iter().map(|(id, ..)| *id).collect();
+        let ids = serde_json::to_string(&ids)
+            .map_err(|e| StoreError::Corrupt(format!("pruned row numbers: {e}")))?;
         let deleted = sqlx::query(sql::EVENT_PRUNE)
-            .bind(before_now(self.clock.now(), older_than))
-            .bind(include_dead)
+            .bind(ids)
+            .execute(&mut *tx)
+            .await?
+            .rows_affected();
+        tx.commit().await?;
+        drop(turn);
+        Ok(deleted)
+    }
+
+    async fn tombstone_prune(&self, dedup_window: Duration, batch: u32) -> Result<u64, StoreError> {
+        let (turn, mut tx) = self.begin_write().await?;
+        let deleted = sqlx::query(sql::TOMBSTONE_PRUNE)
+            .bind(before_now(self.clock.now(), dedup_window))
             .bind(i64::from(batch))
             .execute(&mut *tx)
             .await?

@@ -53,8 +53,10 @@ pub const EVENT_BY_DEDUP_KEY: &str = concat!(
 /// The stored plan of one event.
 pub const EVENT_PLAN: &str = "SELECT plan FROM tickmark_events WHERE id = ?1";
 
-/// The sources that have events.
-pub const SOURCES: &str = "SELECT DISTINCT source FROM tickmark_events ORDER BY source";
+/// The sources that have events or tombstones.
+pub const SOURCES: &str = "
+    SELECT source FROM tickmark_events UNION SELECT source FROM tickmark_tombstones
+    ORDER BY source";
 
 /// One event's audit trail, oldest first.
 pub const AUDIT_LIST: &str = "
@@ -151,17 +153,34 @@ pub const AUDIT_INSERT: &str = "
     INSERT INTO tickmark_audit (event_seq, at, actor, action, step, reason, detail)
     VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)";
 
-/// Delete up to ?3 finished events received before ?1 (dead ones too when ?2),
-/// oldest first; their steps and audit rows go with them (`ON DELETE CASCADE`,
-/// the store turns foreign keys on).
+/// The finished events a prune batch deletes: up to ?3 received before ?1
+/// (dead ones too when ?2), oldest first, with the keys their tombstones keep.
+pub const EVENT_PRUNE_PICK: &str = "
+    SELECT id, source, dedup_key, replay_key, received_at FROM tickmark_events
+    WHERE (state IN ('done', 'ignored', 'cancelled', 'stale', 'superseded') OR (?2 AND state = 'dead'))
+      AND received_at < ?1
+    ORDER BY id
+    LIMIT ?3";
+
+/// A tombstone for one key of an event being pruned.
+pub const TOMBSTONE_KEEP: &str = "
+    INSERT INTO tickmark_tombstones (source, key_hash, accepted_at) VALUES (?1, ?2, ?3)
+    ON CONFLICT (source, key_hash) DO UPDATE SET accepted_at = max(accepted_at, excluded.accepted_at)";
+
+/// Delete the picked events (a JSON array of row numbers); their steps, match
+/// keys and audit rows go with them (`ON DELETE CASCADE`, the store turns
+/// foreign keys on).
 pub const EVENT_PRUNE: &str = "
-    DELETE FROM tickmark_events
-    WHERE id IN (
-        SELECT id FROM tickmark_events
-        WHERE (state IN ('done', 'ignored', 'cancelled', 'stale', 'superseded') OR (?2 AND state = 'dead'))
-          AND received_at < ?1
-        ORDER BY id
-        LIMIT ?3
+    DELETE FROM tickmark_events WHERE id IN (SELECT value FROM json_each(?1))";
+
+/// Delete up to ?2 tombstones of events accepted before ?1, oldest first.
+pub const TOMBSTONE_PRUNE: &str = "
+    DELETE FROM tickmark_tombstones
+    WHERE (source, key_hash) IN (
+        SELECT source, key_hash FROM tickmark_tombstones
+        WHERE accepted_at < ?1
+        ORDER BY accepted_at
+        LIMIT ?2
     )";
 
 /// A concurrency-limited event's key and limit.

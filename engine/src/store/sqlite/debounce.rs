@@ -15,6 +15,10 @@ impl SqliteStore {
     ) -> Result<InsertOutcome, StoreError> {
         let (_turn, mut tx) = self.begin_write().await?;
         let now = self.clock.now();
+        let keys = (event.source, event.dedup_key, event.replay_key);
+        if super::tombstoned(&mut tx, keys).await? {
+            return Ok(InsertOutcome::Duplicate);
+        }
         let inserted: Option<i64> = sqlx::query_scalar(sql::DEBOUNCE_INSERT)
             .bind(event.source)
             .bind(event.dedup_key)

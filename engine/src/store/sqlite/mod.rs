@@ -39,6 +39,7 @@ use super::{
 use crate::event::{Event, EventState};
 use crate::store::group_commit::{copy_error, FlushFn, GroupCommit, Overlap};
 use crate::store::records::{OwnedEventInsert, OwnedMarkDone};
+use crate::store::tombstone::{key_hash, KeyKind};
 use crate::store::transaction::Inner;
 use time::{format_time, parse_time, parse_time_opt};
 
@@ -287,6 +288,15 @@ fn insert_many(
                 let mut tx = pool.begin_with("BEGIN IMMEDIATE").await?;
                 let mut outcomes = Vec::with_capacity(events.len());
                 for event in &events {
+                    let keys = (
+                        event.source.as_str(),
+                        event.dedup_key.as_str(),
+                        event.replay_key.as_deref(),
+                    );
+                    if tombstoned(&mut tx, keys).await? {
+                        outcomes.push(InsertOutcome::Duplicate);
+                        continue;
+                    }
                     let inserted: Option<i64> = sqlx::query_scalar(sql::EVENT_INSERT)
                         .bind(&event.source)
                         .bind(&event.dedup_key)
@@ -325,6 +335,22 @@ fn insert_many(
             }
         })
     })
+}
+
+/// Whether a tombstone says an event with these keys (source, dedup key,
+/// replay key) was accepted before and pruned (store/tombstone.rs). Asked in
+/// the accept's write transaction, which keeps any prune out until it ends.
+pub(super) async fn tombstoned(
+    conn: &mut SqliteConnection,
+    (source, dedup_key, replay_key): (&str, &str, Option<&str>),
+) -> Result<bool, StoreError> {
+    let found: Option<i64> = sqlx::query_scalar(sql::TOMBSTONED)
+        .bind(source)
+        .bind(&key_hash(KeyKind::Dedup, dedup_key)[..])
+        .bind(replay_key.map(|key| key_hash(KeyKind::Replay, key).to_vec()))
+        .fetch_optional(conn)
+        .await?;
+    Ok(found.is_some())
 }
 
 /// Most marks in one transaction.

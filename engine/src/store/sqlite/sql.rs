@@ -13,6 +13,12 @@ pub const EVENT_INSERT: &str = "
     ON CONFLICT DO NOTHING
     RETURNING id";
 
+/// Whether a tombstone says an event with these keys (?2 its dedup key's
+/// hash, ?3 its replay key's or NULL) of source ?1 was accepted before and
+/// pruned. Asked inside the write transaction, before the insert.
+pub const TOMBSTONED: &str = "
+    SELECT 1 FROM tickmark_tombstones WHERE source = ?1 AND key_hash IN (?2, ?3) LIMIT 1";
+
 /// Whether anything is due, read without the write lock (same filters as
 /// [`EVENT_DUE`]; `?2` is unused so both take the same parameters).
 pub const EVENT_ANY_DUE: &str = "
