@@ -47,7 +47,7 @@ use tickmark_examples::soak::summary::{Correctness, Summary};
 use tickmark_examples::soak::{plot, sampler};
 use tokio_util::sync::CancellationToken;
 
-const SECRET: &str = "whsec_soak";
+const SECRET: &str = "whsec_soak_signing_secret_0123456789";
 
 const LONG_ABOUT: &str = "\
 Soak tickmark on PostgreSQL: steady signed Stripe deliveries over HTTP for --minutes,
@@ -95,9 +95,6 @@ struct Args {
     /// Prune's --dedup-window: how long a tombstone answers redeliveries
     #[arg(long, default_value = "15m", value_parser = parse_duration)]
     dedup_window: Duration,
-    /// Prune without --dedup-window (tickmark before tombstones): no late redeliveries
-    #[arg(long)]
-    no_tombstones: bool,
     /// How often prune runs
     #[arg(long, default_value = "1m", value_parser = parse_duration)]
     prune_every: Duration,
@@ -182,8 +179,7 @@ async fn run(args: Args) -> Result<bool, BoxError> {
     if !(args.rate > 0.0 && args.minutes > 0.0) {
         return Err("--rate and --minutes must be positive".into());
     }
-    let tombstones = !args.no_tombstones;
-    if tombstones && args.dedup_window <= args.retention + args.prune_every {
+    if args.dedup_window <= args.retention + args.prune_every {
         return Err("--dedup-window must exceed --retention plus --prune-every".into());
     }
     let tickmark_bin = match args.tickmark_bin.clone() {
@@ -203,7 +199,7 @@ async fn run(args: Args) -> Result<bool, BoxError> {
     let scratch = ScratchDatabase::create(Some(&args.database_url), "soak")
         .await
         .map_err(|e| e.to_string())?;
-    let outcome = soak(&args, &scratch.url, tickmark_bin, tombstones).await;
+    let outcome = soak(&args, &scratch.url, tickmark_bin).await;
     if args.keep_schema {
         tracing::info!(url = %tickmark::redact_url(&scratch.url), "schema kept");
     } else {
@@ -212,12 +208,7 @@ async fn run(args: Args) -> Result<bool, BoxError> {
     outcome
 }
 
-async fn soak(
-    args: &Args,
-    url: &str,
-    tickmark_bin: PathBuf,
-    tombstones: bool,
-) -> Result<bool, BoxError> {
+async fn soak(args: &Args, url: &str, tickmark_bin: PathBuf) -> Result<bool, BoxError> {
     let options = PostgresOptions {
         max_connections: 16,
         ..PostgresOptions::default()
@@ -261,7 +252,7 @@ async fn soak(
         database_url: url.to_owned(),
         every: args.prune_every,
         retention: args.retention,
-        dedup_window: tombstones.then_some(args.dedup_window),
+        dedup_window: args.dedup_window,
         vacuum,
     };
     tracing::info!(
@@ -269,7 +260,7 @@ async fn soak(
         rate = args.rate,
         duplicates = args.duplicates,
         retention_s = args.retention.as_secs(),
-        dedup_window_s = tombstones.then_some(args.dedup_window.as_secs()),
+        dedup_window_s = args.dedup_window.as_secs(),
         prune_every_s = args.prune_every.as_secs(),
         vacuum_after_prune = vacuum,
         receiver = %addr,
@@ -296,7 +287,7 @@ async fn soak(
             late_share: args.late_share,
             retention: args.retention,
             late_after: args.retention + args.prune_every + Duration::from_secs(5),
-            late_before: tombstones.then(|| args.dedup_window.mul_f64(0.9)),
+            late_before: args.dedup_window.mul_f64(0.9),
             payload_bytes: args.payload_bytes,
         },
         state.clone(),
@@ -314,15 +305,11 @@ async fn soak(
         samples: Vec::new(),
         out: args.out.clone(),
         title: format!(
-            "tickmark soak: {:.0} deliveries/s, {:.0} % redeliveries, retention {}s, dedup window {}, prune every {}s",
+            "tickmark soak: {:.0} deliveries/s, {:.0} % redeliveries, retention {}s, dedup window {}s, prune every {}s",
             args.rate,
             args.duplicates * 100.0,
             args.retention.as_secs(),
-            if tombstones {
-                format!("{}s", args.dedup_window.as_secs())
-            } else {
-                "none".to_owned()
-            },
+            args.dedup_window.as_secs(),
             args.prune_every.as_secs()
         ),
     };
@@ -399,18 +386,13 @@ async fn soak(
         prune_runs: prune_totals.runs.load(Ordering::Relaxed),
         prune_failures: prune_totals.failures.load(Ordering::Relaxed),
         pruned: prune_totals.deleted.load(Ordering::Relaxed),
+        tombstones_expired: prune_totals.tombstones_expired.load(Ordering::Relaxed),
         tombstones_at_end: match tombstone_table {
             Some(_) => Some(count("SELECT count(*) FROM tickmark_tombstones").await?),
             None => None,
         },
     };
-    let summary = Summary::new(
-        &recorder.samples,
-        sent_minutes,
-        args.rate,
-        correctness,
-        tombstones,
-    );
+    let summary = Summary::new(&recorder.samples, sent_minutes, args.rate, correctness);
     recorder.write()?;
     std::fs::write(
         args.out.join("summary.json"),

@@ -21,8 +21,8 @@ pub struct PrunerConfig {
     pub every: Duration,
     /// `--older-than`.
     pub retention: Duration,
-    /// `--dedup-window` (`None`: not passed).
-    pub dedup_window: Option<Duration>,
+    /// `--dedup-window`.
+    pub dedup_window: Duration,
     /// `VACUUM` the run's tables after each prune.
     pub vacuum: bool,
 }
@@ -36,25 +36,24 @@ pub struct PrunerTotals {
     pub failures: AtomicU64,
     /// Events deleted, summed over the runs.
     pub deleted: AtomicU64,
+    /// Tombstones deleted once older than the dedup window, summed.
+    pub tombstones_expired: AtomicU64,
     /// The longest prune run, ms.
     pub longest_ms: AtomicU64,
 }
 
 /// The command line of one prune run.
 pub fn prune_args(config: &PrunerConfig) -> Vec<String> {
-    let mut args = vec![
+    vec![
         "--json".to_owned(),
         "prune".to_owned(),
         "--older-than".to_owned(),
         format!("{}s", config.retention.as_secs()),
-    ];
-    if let Some(window) = config.dedup_window {
-        args.push("--dedup-window".to_owned());
-        args.push(format!("{}s", window.as_secs()));
-    }
-    // A window shorter than Stripe's 3-day retries: on purpose, in a soak.
-    args.push("--i-know".to_owned());
-    args
+        "--dedup-window".to_owned(),
+        format!("{}s", config.dedup_window.as_secs()),
+        // A window shorter than Stripe's 3-day retries: on purpose, in a soak.
+        "--i-know".to_owned(),
+    ]
 }
 
 /// Prune every `config.every` until `stop`.
@@ -118,6 +117,10 @@ async fn prune_once(config: &PrunerConfig, totals: &PrunerTotals) {
     };
     totals.runs.fetch_add(1, Ordering::Relaxed);
     totals.deleted.fetch_add(deleted, Ordering::Relaxed);
+    totals.tombstones_expired.fetch_add(
+        report["tombstones_expired"].as_u64().unwrap_or(0),
+        Ordering::Relaxed,
+    );
     tracing::info!(deleted, ms = took.as_millis() as u64, report = %report, "pruned");
 }
 

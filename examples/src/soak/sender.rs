@@ -51,9 +51,8 @@ pub struct SenderConfig {
     /// Late redeliveries are older than this (the retention plus a prune
     /// period: their events are pruned) ...
     pub late_after: Duration,
-    /// ... and younger than this (inside the dedup window). `None`: no late
-    /// redeliveries (no tombstones to answer them).
-    pub late_before: Option<Duration>,
+    /// ... and younger than this (inside the dedup window).
+    pub late_before: Duration,
     /// Bytes of filler in each payload (a real invoice event is a few KB).
     pub payload_bytes: usize,
 }
@@ -179,7 +178,7 @@ fn choose(
     let now = Instant::now();
     let mut acknowledged = state.acknowledged.lock().expect("acknowledged lock");
     // Forget what may no longer be redelivered.
-    let keep = config.late_before.unwrap_or(config.retention);
+    let keep = config.late_before;
     while acknowledged
         .front()
         .is_some_and(|(_, at)| now.duration_since(*at) > keep)
@@ -194,7 +193,7 @@ fn choose(
         };
         let recent_from = younger_than(config.retention.mul_f64(0.9));
         let late_until = younger_than(config.late_after);
-        if config.late_before.is_some() && late_until > 0 && rng.gen_bool(config.late_share) {
+        if late_until > 0 && rng.gen_bool(config.late_share) {
             return Delivery::Late(acknowledged[rng.gen_range(0..late_until)].0);
         }
         if recent_from < acknowledged.len() {

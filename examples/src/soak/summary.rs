@@ -78,13 +78,15 @@ pub struct Correctness {
     pub prune_failures: u64,
     /// Events deleted by prune.
     pub pruned: u64,
+    /// Tombstones deleted by prune once older than the dedup window.
+    pub tombstones_expired: u64,
     /// Tombstones at the end (`None`: no `tickmark_tombstones` table).
     pub tombstones_at_end: Option<i64>,
 }
 
 impl Correctness {
     /// What went wrong, one sentence each (empty: the run is correct).
-    pub fn failures(&self, expect_tombstones: bool) -> Vec<String> {
+    pub fn failures(&self) -> Vec<String> {
         let mut failures = Vec::new();
         let mut must_be_zero = |count: i64, what: &str| {
             if count != 0 {
@@ -122,8 +124,8 @@ impl Correctness {
                 self.late_answered_duplicate, self.late_redeliveries
             ));
         }
-        if expect_tombstones && self.tombstones_at_end.is_none() {
-            failures.push("--dedup-window given but no tickmark_tombstones table".to_owned());
+        if self.tombstones_at_end.is_none() {
+            failures.push("no tickmark_tombstones table: a tickmark without tombstones".to_owned());
         }
         failures
     }
@@ -176,13 +178,7 @@ pub fn segment_seconds(sending_s: f64) -> f64 {
 
 impl Summary {
     /// The verdict over `samples`.
-    pub fn new(
-        samples: &[Sample],
-        minutes: f64,
-        rate: f64,
-        correctness: Correctness,
-        expect_tombstones: bool,
-    ) -> Self {
+    pub fn new(samples: &[Sample], minutes: f64, rate: f64, correctness: Correctness) -> Self {
         let sending: Vec<&Sample> = samples
             .iter()
             .filter(|s| s.phase == Phase::Sending)
@@ -221,7 +217,7 @@ impl Summary {
                 }
             })
             .collect();
-        let failures = correctness.failures(expect_tombstones);
+        let failures = correctness.failures();
         Summary {
             minutes,
             rate,
@@ -322,10 +318,11 @@ impl Summary {
         );
         let _ = writeln!(
             out,
-            "  prune: {} runs, {} failed, {} events deleted; tombstones at the end: {}",
+            "  prune: {} runs, {} failed, {} events deleted, {} tombstones expired; tombstones at the end: {}",
             c.prune_runs,
             c.prune_failures,
             c.pruned,
+            c.tombstones_expired,
             c.tombstones_at_end
                 .map_or("no tombstone table".to_owned(), |n| n.to_string())
         );
@@ -389,7 +386,11 @@ mod tests {
         let samples: Vec<Sample> = (1..=20)
             .map(|i| sample(f64::from(i) * 10.0, if i <= 2 { 500 } else { 400 }, 2.0))
             .collect();
-        let summary = Summary::new(&samples, 200.0 / 60.0, 50.0, Correctness::default(), false);
+        let correctness = Correctness {
+            tombstones_at_end: Some(0),
+            ..Correctness::default()
+        };
+        let summary = Summary::new(&samples, 200.0 / 60.0, 50.0, correctness);
         let (first, last) = (
             summary.first.clone().unwrap(),
             summary.last.clone().unwrap(),
@@ -409,9 +410,10 @@ mod tests {
             effect_rows: 10,
             finished: 10,
             duplicates_answered_new: 1,
+            tombstones_at_end: Some(3),
             ..Correctness::default()
         };
-        let failures = correctness.failures(false);
+        let failures = correctness.failures();
         assert_eq!(failures, ["1 redeliveries answered new (must be 0)"]);
     }
 
@@ -424,7 +426,7 @@ mod tests {
             double_effects: 2,
             ..Correctness::default()
         };
-        let failures = correctness.failures(true);
+        let failures = correctness.failures();
         assert_eq!(failures.len(), 2, "{failures:?}");
     }
 }
