@@ -6,3 +6,4 @@ pub mod payments;
 pub mod secrets;
 pub mod shopsync;
 pub mod shutdown;
+pub mod soak;
