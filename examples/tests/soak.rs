@@ -27,7 +27,7 @@ fn a_short_soak_answers_every_redelivery_as_a_duplicate_and_applies_every_effect
         .arg("--out")
         .arg(out.path())
         .env("DATABASE_URL", &url)
-        .env("RUST_LOG", "warn")
+        .env("RUST_LOG", "warn,soak=info")
         .output()
         .unwrap();
     let stdout = String::from_utf8_lossy(&output.stdout);
@@ -36,6 +36,10 @@ fn a_short_soak_answers_every_redelivery_as_a_duplicate_and_applies_every_effect
         output.status.success(),
         "soak failed ({}):\n{stdout}\n{stderr}",
         output.status
+    );
+    assert!(
+        stderr.contains("soak started") && !stderr.contains('\x1b'),
+        "its log, written to a pipe, is there and has no colour codes:\n{stderr}"
     );
     assert!(stdout.contains("correctness: PASSED"), "{stdout}");
 

@@ -54,6 +54,8 @@ fn main() -> ExitCode {
         tracing_subscriber::fmt()
             .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
             .with_writer(std::io::stderr)
+            // Colour only on a terminal: a log file or a pipe gets plain text.
+            .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
             .without_time()
             .with_ansi(std::io::stderr().is_terminal())
             .init();

@@ -42,6 +42,10 @@ async fn chaos(args: &[&str], limit: Duration) -> serde_json::Value {
         output.status,
         started.elapsed()
     );
+    assert!(
+        !stderr.contains('\x1b'),
+        "no colour codes in logs that go to a pipe, not a terminal"
+    );
     let json = stdout
         .lines()
         .rev()

@@ -407,6 +407,8 @@ async fn main() -> ExitCode {
         return ExitCode::from(2);
     }
     tracing_subscriber::fmt()
+        // Colour only on a terminal: a log file or a pipe gets plain text.
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stdout()))
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_default_env()
                 .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("error")),
