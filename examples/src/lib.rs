@@ -7,3 +7,4 @@ pub mod secrets;
 pub mod shopsync;
 pub mod shutdown;
 pub mod soak;
+pub mod stripe_signature;

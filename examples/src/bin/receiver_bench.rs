@@ -27,7 +27,6 @@ use std::time::{Duration, Instant};
 use axum::body::{Body, Bytes};
 use axum::http::Request;
 use clap::Parser;
-use hmac::{Hmac, Mac};
 use http_body_util::BodyExt;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::client::legacy::Client;
@@ -38,6 +37,7 @@ use tickmark::receiver::providers::Stripe;
 use tickmark::store::postgres::PostgresStore;
 use tickmark::store::sqlite::SqliteStore;
 use tickmark::{Engine, Handler, Handlers, NewEvent, Receiver, Store};
+use tickmark_examples::stripe_signature::stripe_signature;
 use tokio::sync::Mutex;
 
 const SECRET: &str = "whsec_receiver_bench";
@@ -232,9 +232,7 @@ fn deliveries(round: usize, count: usize) -> Vec<(String, String)> {
             bodies.push(body.clone());
             body
         };
-        let mut mac = Hmac::<sha2::Sha256>::new_from_slice(SECRET.as_bytes()).expect("HMAC key");
-        mac.update(format!("{t}.{body}").as_bytes());
-        let signature = format!("t={t},v1={}", hex::encode(mac.finalize().into_bytes()));
+        let signature = stripe_signature(SECRET, t, &body);
         out.push((body, signature));
     }
     out

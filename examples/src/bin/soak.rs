@@ -134,21 +134,11 @@ enum Vacuum {
     Off,
 }
 
-/// `90s`, `15m`, `2h` or a number of seconds.
+/// A duration as operators type them (`90s`, `15m`, `2h`, `1h 30m`), read by
+/// `humantime`, as the `tickmark` command line reads its own.
 fn parse_duration(text: &str) -> Result<Duration, String> {
-    let (number, unit) = text
-        .find(|c: char| !c.is_ascii_digit())
-        .map_or((text, "s"), |at| text.split_at(at));
-    let number: u64 = number
-        .parse()
-        .map_err(|_| format!("`{text}`: expected a duration such as 90s, 15m or 2h"))?;
-    let seconds = match unit {
-        "s" => number,
-        "m" => number * 60,
-        "h" => number * 3600,
-        _ => return Err(format!("`{text}`: the unit must be s, m or h")),
-    };
-    Ok(Duration::from_secs(seconds))
+    humantime::parse_duration(text)
+        .map_err(|error| format!("`{text}`: {error} (a duration such as 90s, 15m or 2h)"))
 }
 
 #[tokio::main]
@@ -477,8 +467,8 @@ mod tests {
         assert_eq!(parse_duration("90s"), Ok(Duration::from_secs(90)));
         assert_eq!(parse_duration("15m"), Ok(Duration::from_secs(900)));
         assert_eq!(parse_duration("2h"), Ok(Duration::from_secs(7200)));
-        assert_eq!(parse_duration("30"), Ok(Duration::from_secs(30)));
-        assert!(parse_duration("1d").is_err());
+        assert_eq!(parse_duration("1h 30m"), Ok(Duration::from_secs(5400)));
+        assert!(parse_duration("30").is_err(), "a unit is required");
         assert!(parse_duration("m").is_err());
     }
 }

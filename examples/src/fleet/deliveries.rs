@@ -1,7 +1,7 @@
 //! Signed Stripe-like deliveries for a run's backlog, some of them
 //! redelivered (a provider retries until it sees a 2xx).
 
-use hmac::{Hmac, Mac};
+use crate::stripe_signature::stripe_signature;
 use rand::{Rng, SeedableRng};
 
 use super::{KIND, SECRET};
@@ -46,9 +46,7 @@ pub fn deliveries(tag: &str, events: usize, redelivered: f64) -> Vec<Delivery> {
             bodies.push(body.clone());
             body
         };
-        let mut mac = Hmac::<sha2::Sha256>::new_from_slice(SECRET.as_bytes()).expect("HMAC key");
-        mac.update(format!("{t}.{body}").as_bytes());
-        let signature = format!("t={t},v1={}", hex::encode(mac.finalize().into_bytes()));
+        let signature = stripe_signature(SECRET, t, &body);
         out.push(Delivery { body, signature });
     }
     out

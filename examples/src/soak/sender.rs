@@ -14,9 +14,9 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use crate::stripe_signature::stripe_signature;
 use axum::body::{Body, Bytes};
 use axum::http::Request;
-use hmac::{Hmac, Mac};
 use http_body_util::BodyExt;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::client::legacy::Client;
@@ -224,10 +224,7 @@ fn body(delivery: Delivery, filler: &str) -> String {
 }
 
 fn sign(secret: &str, body: &str) -> String {
-    let t = chrono::Utc::now().timestamp();
-    let mut mac = Hmac::<sha2::Sha256>::new_from_slice(secret.as_bytes()).expect("HMAC key");
-    mac.update(format!("{t}.{body}").as_bytes());
-    format!("t={t},v1={}", hex::encode(mac.finalize().into_bytes()))
+    stripe_signature(secret, chrono::Utc::now().timestamp(), body)
 }
 
 async fn deliver(
