@@ -189,7 +189,7 @@ impl<'a> EventRun<'a> {
             if !branch.taken(self.outputs.get(&branch.wait)) {
                 let output = branch.not_taken_output();
                 if position + 1 == plan.len() {
-                    slot.hand_on();
+                    self.ending(slot);
                 }
                 settle.mark_skipped(&step, &output).await?;
                 self.outputs.insert(planned.name.clone(), output);
@@ -201,7 +201,7 @@ impl<'a> EventRun<'a> {
             Action::Wait(wait) => {
                 let settled = run_wait(shared, self.claimed, wait, &step, &settle).await;
                 if settled.is_err() || position + 1 == plan.len() {
-                    slot.hand_on();
+                    self.ending(slot);
                 }
                 let output = settled?;
                 self.outputs.insert(planned.name.clone(), output);
@@ -251,7 +251,7 @@ impl<'a> EventRun<'a> {
                 transaction,
             }) => {
                 if position + 1 == plan.len() {
-                    slot.hand_on();
+                    self.ending(slot);
                 }
                 settle.mark_done(&step, &output, transaction).await?;
                 self.outputs.insert(planned.name.clone(), output);
@@ -263,13 +263,22 @@ impl<'a> EventRun<'a> {
             }) => {
                 // Roll back whatever a transactional step wrote.
                 drop(transaction);
-                slot.hand_on();
+                self.ending(slot);
                 Err(match failure.kind() {
                     FailureKind::Snooze { delay } => settle.snooze(delay, &failure).await,
                     _ => settle.mark_failed(&step, &failure, &retry).await,
                 })
             }
         }
+    }
+
+    /// The run ends with the write about to be sent (the last step's mark, a
+    /// failure, a snooze, a release): hand the slot on to the next event, and
+    /// tell the lease book that a heartbeat missing this lease from now on
+    /// has seen that write, not lost the lease.
+    fn ending(&self, slot: &mut Slot) {
+        slot.hand_on();
+        self.shared.book.settling(self.claimed.lease.event_seq);
     }
 
     /// Take a token from the step's rate-limit bucket before it runs. `Err`
@@ -303,7 +312,7 @@ impl<'a> EventRun<'a> {
         match retry_transient("take a rate-limit token", budget, || store.rate_take(&take)).await {
             Ok(RateTaken::Granted) => Ok(()),
             Ok(RateTaken::Empty { next_in }) => {
-                slot.hand_on();
+                self.ending(slot);
                 Err(settle.throttle(limit.name(), &bucket, next_in).await)
             }
             Err(error) => {
