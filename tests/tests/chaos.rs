@@ -8,51 +8,25 @@
 //! never the machine's shared server; SQLite shares one file between the
 //! nodes, with kills only.
 
-use std::process::Stdio;
+mod chaos_support;
+
 use std::time::{Duration, Instant};
 
-use tokio::process::Command;
-
-const CHAOS: &str = env!("CARGO_BIN_EXE_chaos");
-const NODE: &str = env!("CARGO_BIN_EXE_tickmark-chaos-node");
+use chaos_support::run_chaos;
 
 /// Run `chaos` with `args` within `limit`; assert it passed and return its
 /// JSON line.
 async fn chaos(args: &[&str], limit: Duration) -> serde_json::Value {
     let started = Instant::now();
-    let child = Command::new(CHAOS)
-        .args(args)
-        .args(["--node-bin", NODE])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .kill_on_drop(true)
-        .spawn()
-        .expect("start the chaos binary");
-    let output = tokio::time::timeout(limit, child.wait_with_output())
-        .await
-        .unwrap_or_else(|_| panic!("chaos {args:?} did not finish within {limit:?}"))
-        .expect("chaos output");
-    let stdout = String::from_utf8_lossy(&output.stdout);
-    let stderr = String::from_utf8_lossy(&output.stderr);
-    println!("{stdout}");
-    eprintln!("{stderr}");
+    let run = run_chaos(args, limit).await;
     assert!(
-        output.status.success(),
-        "chaos {args:?} failed ({}) after {:?}:\n{stdout}\n{stderr}",
-        output.status,
-        started.elapsed()
+        run.passed,
+        "chaos {args:?} failed after {:?}:\n{}",
+        started.elapsed(),
+        run.output
     );
-    assert!(
-        !stderr.contains('\x1b'),
-        "no colour codes in logs that go to a pipe, not a terminal"
-    );
-    let json = stdout
-        .lines()
-        .rev()
-        .find_map(|line| serde_json::from_str::<serde_json::Value>(line).ok())
-        .expect("a JSON line");
-    assert_eq!(json["ok"], true, "{json}");
-    json
+    assert_eq!(run.json["ok"], true, "{}", run.json);
+    run.json
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

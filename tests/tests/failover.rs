@@ -18,12 +18,13 @@
 //! `postgresql` package): without them they skip, recorded, or fail under
 //! `CI=true`.
 
+mod chaos_support;
 mod receiver_support;
 
-use std::process::Stdio;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use chaos_support::run_chaos;
 use receiver_support::{assert_answer, now, record_everything, Kind};
 use sqlx::Connection;
 use tickmark::store::postgres::{PostgresOptions, PostgresStore};
@@ -32,7 +33,6 @@ use tickmark_tests::conformance::quick_worker;
 use tickmark_tests::http_client::oneshot;
 use tickmark_tests::pg_replica::{ReplicaPair, Replication};
 use tickmark_tests::Probe;
-use tokio::process::Command;
 
 const OPTIONS: PostgresOptions = PostgresOptions {
     max_connections: 4,
@@ -179,33 +179,6 @@ async fn after_the_primary_dies_the_receiver_answers_503_then_accepts_on_the_pro
     }
 }
 
-/// Run `chaos` with `args` within `limit`; return its JSON line and whether
-/// it exited 0.
-async fn chaos(args: &[&str], limit: Duration) -> (serde_json::Value, bool) {
-    let child = Command::new(env!("CARGO_BIN_EXE_chaos"))
-        .args(args)
-        .args(["--node-bin", env!("CARGO_BIN_EXE_tickmark-chaos-node")])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .kill_on_drop(true)
-        .spawn()
-        .expect("start the chaos binary");
-    let output = tokio::time::timeout(limit, child.wait_with_output())
-        .await
-        .unwrap_or_else(|_| panic!("chaos {args:?} did not finish within {limit:?}"))
-        .expect("chaos output");
-    let stdout = String::from_utf8_lossy(&output.stdout);
-    let stderr = String::from_utf8_lossy(&output.stderr);
-    println!("{stdout}");
-    eprintln!("{stderr}");
-    let json = stdout
-        .lines()
-        .rev()
-        .find_map(|line| serde_json::from_str::<serde_json::Value>(line).ok())
-        .unwrap_or_else(|| panic!("chaos {args:?} printed no JSON line:\n{stdout}\n{stderr}"));
-    (json, output.status.success())
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn chaos_failover_with_a_synchronous_standby_loses_no_acknowledged_delivery() {
     if tickmark_tests::pg_cluster::server_binaries().is_err() {
@@ -215,7 +188,7 @@ async fn chaos_failover_with_a_synchronous_standby_loses_no_acknowledged_deliver
             .is_none());
         return;
     }
-    let (json, passed) = chaos(
+    let run = run_chaos(
         &[
             "--failover",
             "sync",
@@ -239,7 +212,8 @@ async fn chaos_failover_with_a_synchronous_standby_loses_no_acknowledged_deliver
         Duration::from_secs(170),
     )
     .await;
-    assert!(passed && json["ok"] == true, "{json}");
+    let json = &run.json;
+    assert!(run.passed && json["ok"] == true, "{json}\n{}", run.output);
     let failover = &json["failover"];
     assert_eq!(failover["replication"], "sync", "{json}");
     assert_eq!(failover["standby_cut_ms"], 1000, "{json}");
