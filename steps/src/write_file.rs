@@ -1,6 +1,7 @@
 //! `WriteFile`: a file per event, written atomically under a base directory,
-//! named after the event id so that a re-run overwrites instead of
-//! duplicating.
+//! in a directory named after the event's source and a file named after its
+//! id, so that a re-run overwrites instead of duplicating and two sources'
+//! events with the same id never share a file.
 //!
 //! The write: a temporary file in the target directory, write, fsync, rename
 //! over the target, fsync the directory. A reader sees the old file or the new
@@ -56,12 +57,15 @@ impl OutputDir {
     }
 }
 
-/// Writes one file per event: `{OutputDir}/{subdir}/{escaped event id}.{extension}`.
+/// Writes one file per event:
+/// `{OutputDir}/{subdir}/{escaped source}/{escaped event id}.{extension}`.
 ///
 /// - **Name**: the event id with every byte outside `[A-Za-z0-9._-]` (and a
 ///   leading `.`) written as `%XX`, so an id is never a path, never `.` or
 ///   `..`, never hidden, and two ids never share a name, even on a
-///   file system that ignores case ([`file_name_for`]).
+///   file system that ignores case ([`file_name_for`]). The directory above
+///   it is the source, escaped the same way: dedup keys are unique per
+///   source only, so `stripe`'s `evt_1` and `github`'s `evt_1` are two files.
 /// - **Content**: a [`ValueFrom`]: the event payload, a JSON pointer into an
 ///   earlier step's output, a fixed value, or a template (`{event_id}`,
 ///   `{source}`, `{kind}`, …). A string is written as it is; any other value as
@@ -93,7 +97,7 @@ impl OutputDir {
 ///     .await?;
 /// engine.worker(WorkerConfig::default())?.run_until_idle().await?;
 ///
-/// let written = std::fs::read_to_string(out.join("orders").join("ord%2F7.json"))?;
+/// let written = std::fs::read_to_string(out.join("orders/shop").join("ord%2F7.json"))?;
 /// assert_eq!(serde_json::from_str::<serde_json::Value>(&written)?["total"], 5);
 /// # Ok(())
 /// # }
@@ -136,12 +140,16 @@ impl WriteFile {
         self
     }
 
-    /// The directory and file name for `event_id`, relative to the base.
-    fn target(&self, event_id: &str) -> Result<(PathBuf, String), StepError> {
-        let dir = match &self.subdir {
+    /// The directory and file name for `source`'s `event_id`, relative to
+    /// the base.
+    fn target(&self, source: &str, event_id: &str) -> Result<(PathBuf, String), StepError> {
+        let mut dir = match &self.subdir {
             Some(subdir) => checked_subdir(subdir)?,
             None => PathBuf::new(),
         };
+        // Escaped like a file name: one plain component, never `.`, `..` or a
+        // path, whatever the source is called.
+        dir.push(file_name_for(source));
         let mut name = file_name_for(event_id);
         if let Some(extension) = &self.extension {
             let extension = extension.strip_prefix('.').unwrap_or(extension);
@@ -164,7 +172,7 @@ impl WriteFile {
 #[async_trait::async_trait]
 impl Step for WriteFile {
     async fn run(&self, ctx: &mut StepContext<'_>) -> StepResult {
-        let (subdir, name) = self.target(&ctx.event().id)?;
+        let (subdir, name) = self.target(&ctx.event().source, &ctx.event().id)?;
         let bytes = match self.content.resolve(ctx)?.as_ref() {
             Value::String(text) => text.clone().into_bytes(),
             other => {
@@ -511,21 +519,29 @@ mod tests {
             extension: ext.map(str::to_owned),
         };
         assert_eq!(
-            step(Some("a/b-c"), Some("json")).target("e").unwrap(),
-            (PathBuf::from("a/b-c"), "e.json".to_owned())
+            step(Some("a/b-c"), Some("json")).target("shop", "e").unwrap(),
+            (PathBuf::from("a/b-c/shop"), "e.json".to_owned())
         );
-        assert_eq!(step(None, Some(".txt")).target("e").unwrap().1, "e.txt");
+        assert_eq!(
+            step(None, Some(".txt")).target("shop", "e").unwrap(),
+            (PathBuf::from("shop"), "e.txt".to_owned())
+        );
+        // The source is one escaped component, never a path.
+        assert_eq!(
+            step(None, None).target("../x", "e").unwrap().0,
+            PathBuf::from("%2E.%2Fx")
+        );
         for bad in [
             "", "..", "a/../b", "/abs", "a//b", ".git", "a/", "a b", "a\\b",
         ] {
             assert!(
-                step(Some(bad), None).target("e").unwrap_err().is_terminal(),
+                step(Some(bad), None).target("s", "e").unwrap_err().is_terminal(),
                 "{bad:?}"
             );
         }
         for bad in ["", ".", "j/s", "tar.gz", "x".repeat(17).as_str()] {
             assert!(
-                step(None, Some(bad)).target("e").unwrap_err().is_terminal(),
+                step(None, Some(bad)).target("s", "e").unwrap_err().is_terminal(),
                 "{bad:?}"
             );
         }

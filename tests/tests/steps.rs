@@ -337,7 +337,7 @@ async fn http_call_waits_at_least_retry_after_on_429(db: TestDb) {
 
 /// A re-run of WriteFile (it wrote, then its attempt failed) replaces the
 /// file: one file, the right content, no temporary files, a name that is
-/// the escaped event id.
+/// the escaped event id, in a directory named after the source.
 async fn write_file_rerun_overwrites_and_leaves_no_temporary_files(db: TestDb) {
     let out = tempfile::tempdir().unwrap();
     let engine = shop_engine(
@@ -366,7 +366,7 @@ async fn write_file_rerun_overwrites_and_leaves_no_temporary_files(db: TestDb) {
         .unwrap();
     assert_eq!((stats.steps_failed, stats.events_done), (1, 1));
 
-    let dir = out.path().join("orders");
+    let dir = out.path().join("orders").join("shop");
     let mut names: Vec<String> = std::fs::read_dir(&dir)
         .unwrap()
         .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
@@ -377,6 +377,11 @@ async fn write_file_rerun_overwrites_and_leaves_no_temporary_files(db: TestDb) {
         std::fs::read_dir(out.path()).unwrap().count(),
         1,
         "nothing but orders/ at the top"
+    );
+    assert_eq!(
+        std::fs::read_dir(out.path().join("orders")).unwrap().count(),
+        1,
+        "nothing but orders/shop/ under it"
     );
     let path = dir.join(&names[0]);
     let content = std::fs::read_to_string(&path).unwrap();
@@ -411,7 +416,7 @@ async fn write_file_taken_over_mid_step_is_rewritten_in_place(db: TestDb) {
     )
     .with_resource(OutputDir::new(out.path()));
     engine.accept(order_paid("evt_taken")).await.unwrap();
-    let path = out.path().join("evt_taken");
+    let path = out.path().join("shop").join("evt_taken");
 
     let zombie = engine
         .worker(quick_worker("zombie"))
@@ -455,13 +460,44 @@ async fn write_file_taken_over_mid_step_is_rewritten_in_place(db: TestDb) {
         std::fs::read_to_string(&path).unwrap(),
         "shop order.paid evt_taken\n"
     );
-    let names: Vec<String> = std::fs::read_dir(out.path())
+    let names: Vec<String> = std::fs::read_dir(out.path().join("shop"))
         .unwrap()
         .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
         .collect();
     assert_eq!(names, ["evt_taken"]);
     let steps = db.store.step_status(seq).await.unwrap();
     assert_eq!((steps[0].state, steps[0].attempts), (StepState::Done, 2));
+}
+
+/// Dedup keys are unique per source only: two sources' events with the same
+/// id write two files, each its own content, neither over the other.
+async fn write_file_keeps_two_sources_with_one_id_apart(db: TestDb) {
+    let out = tempfile::tempdir().unwrap();
+    let write = || Handler::new().step(WriteFile::new(ValueFrom::template("{source} {event_id}\n")));
+    let engine = engine(
+        &db,
+        Handlers::new()
+            .on("shop", "order.paid", write())
+            .on("billing", "order.paid", write()),
+    )
+    .with_resource(OutputDir::new(out.path()));
+    for source in ["shop", "billing"] {
+        let event = NewEvent::with_id(source, "evt_1", "order.paid", serde_json::json!({}));
+        engine.accept(event).await.unwrap();
+    }
+    let stats = engine
+        .worker(quick_worker("w"))
+        .expect("valid worker settings")
+        .run_until_idle()
+        .await
+        .unwrap();
+    assert_eq!(stats.events_done, 2);
+    for source in ["shop", "billing"] {
+        assert_eq!(
+            std::fs::read_to_string(out.path().join(source).join("evt_1")).unwrap(),
+            format!("{source} evt_1\n")
+        );
+    }
 }
 
 // ------------------------------------------------------------------ Outbox
@@ -665,6 +701,7 @@ on_both_backends!(
     http_call_waits_at_least_retry_after_on_429,
     write_file_rerun_overwrites_and_leaves_no_temporary_files,
     write_file_taken_over_mid_step_is_rewritten_in_place,
+    write_file_keeps_two_sources_with_one_id_apart,
     outbox_enqueues_once_and_delivers_once_after_a_500,
     outbox_dead_letters_a_delivery_refused_with_400,
 );
