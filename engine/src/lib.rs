@@ -102,6 +102,7 @@
 //! | `postgres` | the multi-machine backend, [`store::postgres`] |
 //! | `receiver` | [`receiver`]: the axum webhook receiver and its providers' verifiers |
 //! | `dashboard` | [`dashboard`] and [`ops`]: the operators' pages and `GET /metrics` |
+//! | `serve` | [`serve`]: serving a router with connection and time limits (on with `receiver` or `dashboard`) |
 //! | `cli` | [`cli`] and the `tickmark` binary |
 //!
 //! At least one backend is needed. The engine itself (steps, handlers, the
@@ -154,6 +155,9 @@ mod redact;
 mod resources;
 pub mod retry;
 pub mod runner;
+#[cfg(feature = "serve")]
+#[cfg_attr(docsrs, doc(cfg(feature = "serve")))]
+pub mod serve;
 pub mod step;
 pub mod store;
 pub mod wait;

@@ -23,6 +23,8 @@ const LAYERS: &[&[&str]] = &[
         "dedup_key",
         "outcome",
         "jitter",
+        // Serving a router within connection limits: knows HTTP, not events.
+        "serve",
     ],
     // Records of an event's life; ordering rules and waits (they read keys
     // as flow does).

@@ -61,13 +61,11 @@
 )]
 
 mod body_limit;
-mod limits;
 pub mod providers;
 mod public_url;
 mod receive;
 pub mod response;
 mod router;
-mod serve;
 mod startup;
 
 use std::collections::BTreeMap;
@@ -78,9 +76,12 @@ use std::sync::Arc;
 use axum::Router;
 
 pub use body_limit::DEFAULT_BODY_LIMIT;
-pub use limits::{
-    Limits, DEFAULT_BODY_READ_TIMEOUT, DEFAULT_HEADER_READ_TIMEOUT, DEFAULT_MAX_CONNECTIONS,
-    DEFAULT_MAX_IN_FLIGHT, OVERLOAD_RETRY_AFTER,
+/// The limits live with the accept loop every listener shares
+/// ([`crate::serve`]); they are the receiver's too.
+pub use crate::serve::{
+    Limits, DEFAULT_ACCEPT_BACKLOG, DEFAULT_BODY_READ_TIMEOUT, DEFAULT_HEADER_READ_TIMEOUT,
+    DEFAULT_MAX_CONNECTIONS, DEFAULT_MAX_CONNECTIONS_PER_ADDRESS, DEFAULT_MAX_IN_FLIGHT,
+    OVERLOAD_RETRY_AFTER,
 };
 pub use providers::Provider;
 pub use public_url::{PublicBaseUrl, PublicUrlError};
@@ -214,16 +215,19 @@ impl Receiver {
         }))
     }
 
-    /// Serve [`Receiver::router`] on `listener` with all the [`Limits`]:
-    /// connections beyond `max_connections` are refused at once, a
+    /// Serve [`Receiver::router`] on `listener` with all the [`Limits`]
+    /// ([`crate::serve::serve`], as every listener tickmark serves):
+    /// connections beyond `max_connections`, or beyond
+    /// `max_connections_per_address` from one client, are refused at once, a
     /// connection that does not send a complete request head within
     /// `header_read_timeout` (or stays idle that long between requests) is
     /// closed. When `shutdown` completes, stop accepting, let the requests in
-    /// flight finish, and return.
+    /// flight finish, and return. [`crate::serve::bind`] makes a listener
+    /// with the limits' accept queue.
     ///
     /// ```no_run
     /// # async fn run(receiver: tickmark::Receiver) -> std::io::Result<()> {
-    /// let listener = tokio::net::TcpListener::bind("0.0.0.0:8080").await?;
+    /// let listener = tickmark::serve::bind("0.0.0.0:8080".parse().unwrap(), &Default::default()).await?;
     /// receiver.serve(listener, async { let _ = tokio::signal::ctrl_c().await; }).await
     /// # }
     /// ```
@@ -237,7 +241,7 @@ impl Receiver {
         listener: tokio::net::TcpListener,
         shutdown: impl Future<Output = ()> + Send + 'static,
     ) -> std::io::Result<()> {
-        serve::serve(listener, self.router(), self.limits, shutdown).await
+        crate::serve::serve(listener, self.router(), self.limits, shutdown).await
     }
 }
 

@@ -20,7 +20,7 @@ use tower_http::timeout::RequestBodyDeadlineLayer;
 use tracing::field::Empty;
 use tracing::Instrument;
 
-use super::limits::OVERLOAD_RETRY_AFTER;
+use crate::serve::OVERLOAD_RETRY_AFTER;
 use super::receive::receive;
 use super::response::ReceiverRejection;
 use super::Shared;
@@ -66,7 +66,7 @@ async fn deliver(
         event_id = Empty,
         kind = Empty
     );
-    receive(&shared, &name, provider.as_ref(), request)
+    receive(&shared, &name, &provider, request)
         .instrument(span)
         .await
 }

@@ -1,22 +1,26 @@
-//! Serving the receiver on a listener with its connection limits: a cap on
-//! open connections and hyper's header-read timeout (which is also the idle
-//! keep-alive timeout).
+//! The accept loop: a router served on a listener within the connection
+//! limits: a cap on open connections, in all and per client address, and
+//! hyper's header-read timeout (which is also the idle keep-alive timeout).
 //!
 //! Why not `axum::serve`: it exposes neither hyper's `header_read_timeout`
-//! nor a connection cap, and a receiver on the internet needs both (a client
+//! nor a connection cap, and a listener on the internet needs both (a client
 //! that connects and sends nothing would otherwise hold its connection, and a
-//! file descriptor, for ever). So this is axum's accept loop with those two
+//! file descriptor, for ever). So this is axum's accept loop with those
 //! added, and everything else left to the libraries: hyper's HTTP/1
 //! connection builder with tokio's timer, hyper-util's graceful shutdown, and
-//! the axum router as the hyper service. The only hand-written parts are the
-//! cap (a semaphore: a permit per connection, tried without waiting) and the
-//! canned 503 written to a connection refused beyond it, before closing it.
+//! the axum router as the hyper service. The hand-written parts are the caps
+//! (a semaphore: a permit per connection, tried without waiting; and the
+//! per-address shares), the canned 503 written to a connection refused
+//! beyond them, before closing it, and the peer address put in each
+//! request's extensions as axum's [`ConnectInfo`], as
+//! `into_make_service_with_connect_info` would.
 
 use std::future::Future;
 use std::io;
 use std::sync::{Arc, LazyLock};
 use std::time::Duration;
 
+use axum::extract::ConnectInfo;
 use axum::Router;
 use hyper::server::conn::http1;
 use hyper_util::rt::{TokioIo, TokioTimer};
@@ -24,7 +28,10 @@ use hyper_util::server::graceful::GracefulShutdown;
 use hyper_util::service::TowerToHyperService;
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::Semaphore;
+use tower::ServiceExt as _;
+use tower_http::timeout::RequestBodyDeadlineLayer;
 
+use super::address_share::AddressShares;
 use super::limits::{Limits, OVERLOAD_RETRY_AFTER};
 
 /// What a connection beyond the cap is sent before it is closed: the same
@@ -63,17 +70,20 @@ pub(crate) async fn serve(
 ) -> io::Result<()> {
     let limits = limits.sanitised();
     let connections = Arc::new(Semaphore::new(limits.max_connections));
+    let shares = AddressShares::new(limits.max_connections_per_address);
     let graceful = GracefulShutdown::new();
     let mut builder = http1::Builder::new();
     builder
         .timer(TokioTimer::new())
         .header_read_timeout(limits.header_read_timeout);
-    let service = TowerToHyperService::new(router);
+    // Every route's body within the body-read timeout (the receiver's
+    // deliveries have the same deadline of their own, for other servers).
+    let router = router.layer(RequestBodyDeadlineLayer::new(limits.body_read_timeout));
     tokio::pin!(shutdown);
     loop {
-        let stream = tokio::select! {
+        let (stream, peer) = tokio::select! {
             accepted = listener.accept() => match accepted {
-                Ok((stream, _peer)) => stream,
+                Ok(accepted) => accepted,
                 Err(error) => {
                     pause_after(error).await;
                     continue;
@@ -81,13 +91,26 @@ pub(crate) async fn serve(
             },
             () = &mut shutdown => break,
         };
+        let Some(share) = shares.try_take(peer.ip()) else {
+            refuse(stream, "this address holds its share of connections");
+            continue;
+        };
         let Ok(permit) = Arc::clone(&connections).try_acquire_owned() else {
-            refuse(stream, limits.max_connections);
+            refuse(stream, "too many open");
             continue;
         };
         // Answers are small and written at once: do not hold them back.
         let _ = stream.set_nodelay(true);
-        let connection = builder.serve_connection(TokioIo::new(stream), service.clone());
+        let service = router
+            .clone()
+            .map_request(move |mut request: http::Request<hyper::body::Incoming>| {
+                request.extensions_mut().insert(ConnectInfo(peer));
+                request
+            });
+        let connection = builder.serve_connection(
+            TokioIo::new(stream),
+            TowerToHyperService::new(service),
+        );
         let connection = graceful.watch(connection);
         tokio::spawn(async move {
             if let Err(error) = connection.await {
@@ -95,7 +118,7 @@ pub(crate) async fn serve(
                 // client's doing, not an error of this process.
                 tracing::debug!(%error, "connection closed");
             }
-            drop(permit);
+            drop((permit, share));
         });
     }
     drop(listener);
@@ -107,11 +130,11 @@ pub(crate) async fn serve(
     Ok(())
 }
 
-/// Send a connection beyond the cap the canned 503, if its socket takes it
+/// Send a connection beyond a cap the canned 503, if its socket takes it
 /// without waiting, and close it. Nothing is read from it.
-fn refuse(stream: TcpStream, max_connections: usize) {
+fn refuse(stream: TcpStream, why: &'static str) {
     let _ = stream.try_write(&REFUSED);
-    tracing::debug!(max_connections, "connection refused: too many open");
+    tracing::debug!(why, "connection refused");
     drop(stream);
 }
 
@@ -127,7 +150,7 @@ async fn pause_after(error: io::Error) {
     ) {
         return;
     }
-    tracing::warn!(%error, "accepting a connection failed; pausing briefly (out of file descriptors? see max_connections)");
+    tracing::warn!(%error, "accepting a connection failed; pausing briefly (out of file descriptors? see Limits::max_connections)");
     tokio::time::sleep(ACCEPT_ERROR_PAUSE).await;
 }
 

@@ -1,13 +1,16 @@
-//! How much of the receiver one client may hold, and for how long: the
-//! connection and time limits of [`Receiver::serve`](super::Receiver::serve)
-//! and the in-flight cap of [`Receiver::router`](super::Receiver::router).
+//! How much of a listener one client may hold, and for how long: the
+//! connection and time limits of [`serve`](super::serve) (which
+//! [`Receiver::serve`](crate::receiver::Receiver::serve) and the operations
+//! port use alike), the accept queue of [`bind`](super::bind), and the
+//! receiver's in-flight cap ([`Receiver::router`](crate::receiver::Receiver::router)).
 //!
-//! Providers send a small body quickly and then wait for the answer, so the
-//! defaults are tight for anything slower: a client that holds a connection
-//! without finishing its request is cut off after seconds, not minutes, and
-//! the number of connections and of requests being handled at once is
+//! Providers send a small body quickly and then wait for the answer, and an
+//! operator's browser does too, so the defaults are tight for anything
+//! slower: a client that holds a connection without finishing its request is
+//! cut off after seconds, not minutes, and the number of connections (in
+//! all, and from one address) and of deliveries being handled at once is
 //! capped, so that many such clients cannot lock the providers out or grow
-//! the process without bound. Beyond a cap the receiver refuses at once (a
+//! the process without bound. Beyond a cap the server refuses at once (a
 //! closed connection, or 503 with `Retry-After`), it never queues.
 
 use std::time::Duration;
@@ -24,6 +27,18 @@ pub const DEFAULT_BODY_READ_TIMEOUT: Duration = Duration::from_secs(10);
 /// files always have descriptors left.
 pub const DEFAULT_MAX_CONNECTIONS: usize = 512;
 
+/// The default [`Limits::max_connections_per_address`]: 128, a quarter of
+/// [`DEFAULT_MAX_CONNECTIONS`], so that one client cannot take every
+/// connection. Behind a reverse proxy every connection comes from the
+/// proxy's address: raise it to `max_connections` there (the proxy then
+/// enforces its own per-client limits).
+pub const DEFAULT_MAX_CONNECTIONS_PER_ADDRESS: usize = 128;
+
+/// The default [`Limits::accept_backlog`]: 1,024 connections the kernel may
+/// hold completed but not yet accepted (what `tokio::net::TcpListener::bind`
+/// uses too; Linux caps it at `net.core.somaxconn`).
+pub const DEFAULT_ACCEPT_BACKLOG: u32 = 1024;
+
 /// The default [`Limits::max_in_flight`]: 256 deliveries handled at once.
 /// The inbox commits many deliveries together, so this is plenty for
 /// thousands of deliveries a second.
@@ -32,15 +47,17 @@ pub const DEFAULT_MAX_IN_FLIGHT: usize = 256;
 /// What `Retry-After` says when the receiver sheds load (a cap is full).
 pub const OVERLOAD_RETRY_AFTER: Duration = Duration::from_secs(1);
 
-/// The receiver's connection and time limits. Start from
-/// [`Limits::default`] and change what you need:
+/// The connection and time limits of every listener tickmark serves (the
+/// receiver, the dashboard and `/metrics`). Start from [`Limits::default`]
+/// and change what you need:
 ///
 /// ```
 /// use std::time::Duration;
-/// use tickmark::receiver::Limits;
+/// use tickmark::serve::Limits;
 ///
 /// let mut limits = Limits::default();
 /// limits.max_connections = 2_000; // after `ulimit -n 8192`
+/// limits.max_connections_per_address = 2_000; // behind a reverse proxy
 /// limits.body_read_timeout = Duration::from_secs(5);
 /// # let _ = limits;
 /// ```
@@ -53,22 +70,36 @@ pub struct Limits {
     /// answer on a kept-alive connection. So this is **also the idle
     /// keep-alive timeout**: hyper runs one timer for both, and a connection
     /// that sends nothing, or a header byte now and then, is closed when it
-    /// runs out. Applies to [`Receiver::serve`](super::Receiver::serve).
+    /// runs out. Applies to [`serve`](super::serve).
     pub header_read_timeout: Duration,
     /// How long a request may take to send its whole body, counted from the
     /// end of its head. A body still arriving then is refused with 408
-    /// `body_timeout` and the connection is closed. Applies to
-    /// [`Receiver::router`](super::Receiver::router), however it is served.
+    /// `body_timeout` and the connection is closed (the dashboard's forms:
+    /// 408). Applies to [`serve`](super::serve), and to
+    /// [`Receiver::router`](crate::receiver::Receiver::router) however it is
+    /// served.
     pub body_read_timeout: Duration,
     /// Most connections open at once. A connection accepted beyond it is
     /// answered `503` with `Retry-After` (best effort) and closed at once,
     /// before anything is read. Keep it below the process's open-file limit
-    /// (`ulimit -n`). Applies to [`Receiver::serve`](super::Receiver::serve).
+    /// (`ulimit -n`). Applies to [`serve`](super::serve).
     pub max_connections: usize,
+    /// Most connections open at once from one client address (an IPv4
+    /// address, or an IPv6 /64: one host's share of addresses). A connection
+    /// beyond it is refused as one beyond `max_connections` is. Applies to
+    /// [`serve`](super::serve); see [`DEFAULT_MAX_CONNECTIONS_PER_ADDRESS`]
+    /// for reverse proxies.
+    pub max_connections_per_address: usize,
+    /// How many connections the kernel may queue, handshake done, before
+    /// they are accepted (the `listen(2)` backlog). Connections beyond it
+    /// wait in SYN retries or are refused by the kernel. Applies to
+    /// [`bind`](super::bind).
+    pub accept_backlog: u32,
     /// Most deliveries (`POST /hooks/…`) handled at once, from the end of the
     /// head to the answer. A delivery beyond it is answered 503
     /// `overloaded` with `Retry-After` at once, its body unread. `/healthz`
-    /// is not counted. Applies to [`Receiver::router`](super::Receiver::router).
+    /// is not counted. Applies to
+    /// [`Receiver::router`](crate::receiver::Receiver::router).
     pub max_in_flight: usize,
 }
 
@@ -78,6 +109,8 @@ impl Default for Limits {
             header_read_timeout: DEFAULT_HEADER_READ_TIMEOUT,
             body_read_timeout: DEFAULT_BODY_READ_TIMEOUT,
             max_connections: DEFAULT_MAX_CONNECTIONS,
+            max_connections_per_address: DEFAULT_MAX_CONNECTIONS_PER_ADDRESS,
+            accept_backlog: DEFAULT_ACCEPT_BACKLOG,
             max_in_flight: DEFAULT_MAX_IN_FLIGHT,
         }
     }
@@ -93,6 +126,8 @@ impl Limits {
             header_read_timeout: at_least(self.header_read_timeout),
             body_read_timeout: at_least(self.body_read_timeout),
             max_connections: self.max_connections.max(1),
+            max_connections_per_address: self.max_connections_per_address.max(1),
+            accept_backlog: self.accept_backlog.max(1),
             max_in_flight: self.max_in_flight.max(1),
         }
     }
@@ -108,10 +143,13 @@ mod tests {
             header_read_timeout: Duration::ZERO,
             body_read_timeout: Duration::ZERO,
             max_connections: 0,
+            max_connections_per_address: 0,
+            accept_backlog: 0,
             max_in_flight: 0,
         }
         .sanitised();
         assert_eq!((zero.max_connections, zero.max_in_flight), (1, 1));
+        assert_eq!((zero.max_connections_per_address, zero.accept_backlog), (1, 1));
         assert!(zero.header_read_timeout > Duration::ZERO);
         assert!(zero.body_read_timeout > Duration::ZERO);
         assert_eq!(Limits::default().sanitised(), Limits::default());
