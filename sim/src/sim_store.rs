@@ -456,6 +456,16 @@ impl Store for SimStore {
             .block(self.inner.event_find(source, dedup_key))
     }
 
+    async fn event_find_by_replay_key(
+        &self,
+        source: &str,
+        replay_key: &str,
+    ) -> Result<Option<EventRecord>, StoreError> {
+        self.world
+            .db
+            .block(self.inner.event_find_by_replay_key(source, replay_key))
+    }
+
     async fn step_outputs(
         &self,
         event_seq: i64,

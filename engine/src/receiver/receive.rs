@@ -4,15 +4,17 @@
 //! replay key), accept it into the inbox, and answer at once. Steps never run
 //! here; a worker runs them later.
 
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use axum::body::Bytes;
 use axum::extract::{OriginalUri, Request};
-use axum::http::{header, HeaderValue};
+use axum::http::{header, HeaderMap, HeaderValue};
 use axum::response::{IntoResponse, Response};
 
 use super::body_limit::{declared_too_large, discard, read_limited};
-use super::limits::OVERLOAD_RETRY_AFTER;
-use super::providers::{Delivery, Provider, Verdict};
+use crate::serve::OVERLOAD_RETRY_AFTER;
+use super::providers::{Delivery, Provider, Verdict, VerifiedEvent};
 use super::public_url::public_url;
 use super::response::{Answer, DedupMatch, ReceiverRejection};
 use super::Shared;
@@ -23,12 +25,16 @@ use crate::store::StoreError;
 /// What `Retry-After` says when the store is unavailable.
 pub(crate) const RETRY_AFTER: Duration = Duration::from_secs(5);
 
+/// Bodies of this many bytes or more are verified on tokio's blocking pool
+/// ([`verify`]); smaller ones, most deliveries, inline.
+const VERIFY_ELSEWHERE_BYTES: usize = 64 * 1024;
+
 /// Handle one delivery to `source` (already known to be mounted) inside the
 /// request's span, and log its outcome.
 pub(crate) async fn receive(
     shared: &Shared,
     source: &str,
-    provider: &dyn Provider,
+    provider: &Arc<dyn Provider>,
     request: Request,
 ) -> Response {
     let started = Instant::now();
@@ -74,7 +80,7 @@ pub(crate) async fn receive(
 async fn verify_and_accept(
     shared: &Shared,
     source: &str,
-    provider: &dyn Provider,
+    provider: &Arc<dyn Provider>,
     request: Request,
 ) -> (Result<Answer, ReceiverRejection>, bool) {
     let (parts, body) = request.into_parts();
@@ -109,35 +115,63 @@ async fn verify_and_accept(
         .map(|original| &original.0)
         .unwrap_or(&parts.uri);
     let url = public_url(shared.public_base_url.as_ref(), uri, &parts.headers);
-    let delivery = Delivery {
-        headers: &parts.headers,
-        body: &raw,
-        public_url: &url,
-        now: chrono::Utc::now(),
+    let answer = match verify(provider, parts.headers, raw.clone(), url).await {
+        Ok(Verdict::Handshake(answer)) => {
+            tracing::info!("handshake answered; nothing recorded");
+            Ok(Answer::Handshake(answer))
+        }
+        Ok(Verdict::Event(event)) => accept(shared, source, event, &raw).await,
+        Err(rejection) => Err(rejection),
     };
-    (
-        verify_then_accept(shared, source, provider, &delivery).await,
-        true,
-    )
+    (answer, true)
 }
 
-async fn verify_then_accept(
+/// The provider's verdict on the delivery. A body of
+/// [`VERIFY_ELSEWHERE_BYTES`] or more is verified on tokio's blocking pool:
+/// hashing and parsing a megabyte takes milliseconds, and a burst of such
+/// bodies (signed or not) must not hold the runtime threads that read the
+/// next requests and answer other deliveries. The in-flight cap bounds how
+/// many run at once.
+async fn verify(
+    provider: &Arc<dyn Provider>,
+    headers: HeaderMap,
+    body: Bytes,
+    public_url: String,
+) -> Result<Verdict, ReceiverRejection> {
+    let inline = body.len() < VERIFY_ELSEWHERE_BYTES;
+    let run = move |provider: &dyn Provider| {
+        provider.verify(&Delivery {
+            headers: &headers,
+            body: &body,
+            public_url: &public_url,
+            now: chrono::Utc::now(),
+        })
+    };
+    if inline {
+        return Ok(run(provider.as_ref())?);
+    }
+    let provider = Arc::clone(provider);
+    match tokio::task::spawn_blocking(move || run(provider.as_ref())).await {
+        Ok(verdict) => Ok(verdict?),
+        // A panic in a provider is a bug: let it surface as it would have
+        // inline (hyper drops the connection; nothing was recorded).
+        Err(error) if error.is_panic() => std::panic::resume_unwind(error.into_panic()),
+        // The runtime is shutting down: the provider retries.
+        Err(_) => Err(ReceiverRejection::Overloaded {
+            retry_after: OVERLOAD_RETRY_AFTER,
+        }),
+    }
+}
+/// Record a verified event in the inbox and say how it went.
+async fn accept(
     shared: &Shared,
     source: &str,
-    provider: &dyn Provider,
-    delivery: &Delivery<'_>,
+    verified: VerifiedEvent,
+    body: &[u8],
 ) -> Result<Answer, ReceiverRejection> {
-    let verified = match provider.verify(delivery)? {
-        Verdict::Handshake(answer) => {
-            tracing::info!("handshake answered; nothing recorded");
-            return Ok(Answer::Handshake(answer));
-        }
-        Verdict::Event(event) => event,
-    };
-
     let mut event = match verified.id {
         Some(id) => NewEvent::with_id(source, id, verified.kind, verified.payload),
-        None => NewEvent::from_body(source, verified.kind, delivery.body, verified.payload),
+        None => NewEvent::from_body(source, verified.kind, body, verified.payload),
     };
     event.replay_key = verified.replay_key;
     let span = tracing::Span::current();
@@ -151,13 +185,11 @@ async fn verify_then_accept(
         Ok(Accepted::New { .. }) => Ok(Answer::New { event_id, kind }),
         Ok(Accepted::Ignored { .. }) => Ok(Answer::Ignored { event_id, kind }),
         Ok(Accepted::Duplicate) => {
-            let matched = if replay_key.is_some() && is_replay(shared, source, &event_id).await {
-                tracing::warn!(
-                    "replayed delivery: its signed content was recorded before under another event id; nothing recorded"
-                );
-                DedupMatch::ReplayKey
-            } else {
-                DedupMatch::EventId
+            let matched = match replay_key {
+                Some(replay_key) => {
+                    which_key_matched(shared, source, &event_id, &replay_key, &kind).await
+                }
+                None => DedupMatch::EventId,
             };
             Ok(Answer::Duplicate {
                 event_id,
@@ -184,14 +216,43 @@ async fn verify_then_accept(
     }
 }
 
-/// Whether a duplicate matched on its replay key rather than its event id:
-/// no event has this id, so another id carried the same signed bytes (or the
-/// event was pruned and a tombstone answered: which of its keys matched, a
-/// tombstone does not say). One read, on duplicates of sources with a replay
-/// key only.
-async fn is_replay(shared: &Shared, source: &str, event_id: &str) -> bool {
-    matches!(
-        shared.engine.store().event_find(source, event_id).await,
-        Ok(None)
-    )
+/// For a duplicate of a source with a replay key: whether it matched on its
+/// event id or on its replay key (the same signed bytes recorded before under
+/// another id: a replay, logged). Either way, when the kind it came with (an
+/// unsigned header, for Shopify's topic or a generic source's kind header)
+/// differs from the recorded event's, that is logged too: the kind is not
+/// signed, so it never makes a captured body a new event. One read, on
+/// duplicates of such sources only. An event pruned to a tombstone answers
+/// neither: the tombstone keeps no kind and does not say which key matched,
+/// so it counts as the event id.
+async fn which_key_matched(
+    shared: &Shared,
+    source: &str,
+    event_id: &str,
+    replay_key: &str,
+    kind: &str,
+) -> DedupMatch {
+    let store = shared.engine.store();
+    let (matched, recorded) = match store.event_find(source, event_id).await {
+        Ok(Some(record)) => (DedupMatch::EventId, Some(record)),
+        Ok(None) => match store.event_find_by_replay_key(source, replay_key).await {
+            Ok(record) => (DedupMatch::ReplayKey, record),
+            Err(_) => (DedupMatch::ReplayKey, None),
+        },
+        Err(_) => (DedupMatch::EventId, None),
+    };
+    if matched == DedupMatch::ReplayKey {
+        tracing::warn!(
+            "replayed delivery: its signed content was recorded before under another event id; nothing recorded"
+        );
+    }
+    if let Some(record) = recorded.filter(|record| record.event.kind != kind) {
+        tracing::warn!(
+            recorded_kind = %record.event.kind,
+            recorded_event_id = %record.event.id,
+            "duplicate delivery under another kind: the kind is not signed, so the signed content \
+             is the event recorded before; nothing recorded"
+        );
+    }
+    matched
 }

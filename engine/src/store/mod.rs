@@ -152,6 +152,15 @@ pub trait Store: admin::Admin + Send + Sync + fmt::Debug {
         dedup_key: &str,
     ) -> Result<Option<EventRecord>, StoreError>;
 
+    /// One event by its replay key (the key derived from the signature of a
+    /// source whose signature does not cover the id): the event a replayed
+    /// delivery duplicates.
+    async fn event_find_by_replay_key(
+        &self,
+        source: &str,
+        replay_key: &str,
+    ) -> Result<Option<EventRecord>, StoreError>;
+
     /// The stored outputs of an event's done (or skipped) steps, by position.
     async fn step_outputs(
         &self,

@@ -1,12 +1,16 @@
 //! Shared body helpers: media type, JSON and `application/x-www-form-urlencoded`
 //! parsing. Only ever called after the signature has been verified (except
-//! Twilio's lenient form decoding, which the signature is computed over).
+//! Twilio's lenient form decoding, which the signature is computed over: so
+//! every form is counted before it is decoded, and refused when it has more
+//! than [`MAX_FORM_FIELDS`]).
+
+use std::borrow::Cow;
 
 use http::{header::CONTENT_TYPE, HeaderMap};
 use serde_json::{Map, Value};
 
 use super::signature::one_header;
-use super::Rejection;
+use super::{Rejection, MAX_FORM_FIELDS};
 
 /// The media type of the request (`type/subtype`, lower-cased, parameters
 /// dropped), `None` when there is no usable Content-Type.
@@ -51,11 +55,33 @@ pub(crate) fn parse_json_object(body: &[u8]) -> Result<Map<String, Value>, Rejec
     }
 }
 
+/// Refuse a form with more than [`MAX_FORM_FIELDS`] fields, counted without
+/// decoding or allocating anything (fields as `form_urlencoded` splits them:
+/// on `&`, empty pieces skipped). A body of a million `a&a&…` would
+/// otherwise become a million decoded pairs before anything could tell
+/// whether it was signed.
+pub(crate) fn check_form_fields(body: &[u8]) -> Result<(), Rejection> {
+    let fields = body
+        .split(|&b| b == b'&')
+        .filter(|piece| !piece.is_empty())
+        .take(MAX_FORM_FIELDS + 1)
+        .count();
+    if fields > MAX_FORM_FIELDS {
+        return Err(Rejection::TooManyFormFields {
+            limit: MAX_FORM_FIELDS,
+        });
+    }
+    Ok(())
+}
+
 /// Form fields decoded leniently (invalid UTF-8 becomes U+FFFD), as most web
 /// frameworks and Twilio's helper libraries see them: `form_urlencoded`'s
-/// own parser (the WHATWG `application/x-www-form-urlencoded` parser).
-pub(crate) fn decode_form_lossy(body: &[u8]) -> Vec<(String, String)> {
-    form_urlencoded::parse(body).into_owned().collect()
+/// own parser (the WHATWG `application/x-www-form-urlencoded` parser). A
+/// field with nothing to decode borrows from the body. At most
+/// [`MAX_FORM_FIELDS`] fields.
+pub(crate) fn decode_form_lossy(body: &[u8]) -> Result<Vec<(Cow<'_, str>, Cow<'_, str>)>, Rejection> {
+    check_form_fields(body)?;
+    Ok(form_urlencoded::parse(body).collect())
 }
 
 /// Form fields decoded strictly: the body and every decoded name and value
@@ -68,6 +94,7 @@ pub(crate) fn decode_form(body: &[u8]) -> Result<Vec<(String, String)>, Rejectio
     const NOT_UTF8: Rejection = Rejection::MalformedBody {
         reason: "form body or one of its fields is not valid UTF-8",
     };
+    check_form_fields(body)?;
     if std::str::from_utf8(body).is_err() {
         return Err(NOT_UTF8);
     }
@@ -133,9 +160,28 @@ mod tests {
         assert!(decode_form(b"a=%FF").is_err());
         assert!(decode_form(b"a=\xff").is_err());
         assert_eq!(
-            decode_form_lossy(b"a=%FF"),
+            decode_form_lossy(b"a=%FF").unwrap(),
             vec![("a".into(), "\u{FFFD}".into())]
         );
+    }
+
+    #[test]
+    fn forms_with_too_many_fields_are_refused_before_decoding() {
+        let most = "a=1&".repeat(MAX_FORM_FIELDS);
+        assert_eq!(decode_form(most.as_bytes()).unwrap().len(), MAX_FORM_FIELDS);
+        assert_eq!(decode_form_lossy(most.as_bytes()).unwrap().len(), MAX_FORM_FIELDS);
+        // Empty pieces are not fields, as form_urlencoded skips them.
+        let padded = format!("{most}&&&&");
+        assert!(check_form_fields(padded.as_bytes()).is_ok());
+        let one_more = format!("{most}b");
+        for refused in [
+            check_form_fields(one_more.as_bytes()).unwrap_err(),
+            decode_form(one_more.as_bytes()).unwrap_err(),
+            decode_form_lossy(one_more.as_bytes()).unwrap_err(),
+        ] {
+            assert_eq!(refused.code(), "too_many_form_fields");
+            assert_eq!(refused.status(), http::StatusCode::PAYLOAD_TOO_LARGE);
+        }
     }
 
     #[test]
@@ -179,7 +225,12 @@ mod tests {
         #[test]
         fn strict_decoding_is_consistent(body in proptest::collection::vec(any::<u8>(), 0..256)) {
             if let Ok(pairs) = decode_form(&body) {
-                prop_assert_eq!(pairs, decode_form_lossy(&body));
+                let lossy: Vec<(String, String)> = decode_form_lossy(&body)
+                    .unwrap()
+                    .into_iter()
+                    .map(|(name, value)| (name.into_owned(), value.into_owned()))
+                    .collect();
+                prop_assert_eq!(pairs, lossy);
             }
         }
     }

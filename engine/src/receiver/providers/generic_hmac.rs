@@ -7,9 +7,11 @@
 //! secrets support rotation. There is no timestamp, so replay protection
 //! rests on the event id; and when the id comes from a header (which the
 //! signature does not cover), also on a replay key derived from the verified
-//! signature (and the kind, when it too comes from a header): the same signed
-//! body sent again under a new id is a duplicate for as long as the event is
-//! kept.
+//! signature alone: the same signed body sent again under a new id, whatever
+//! kind header comes with it, is a duplicate for as long as the event is
+//! kept. So two deliveries with byte-identical bodies are one event when the
+//! id is in a header (put something that differs, an id or a timestamp, in
+//! the signed body to tell them apart).
 //!
 //! The body is JSON, or, with Content-Type
 //! `application/x-www-form-urlencoded`, a form that becomes a JSON object of
@@ -304,13 +306,11 @@ impl Provider for GenericHmac {
                 kind_from_json(payload.pointer(pointer), &format!("body field `{pointer}`"))?
             }
         };
-        // An id from a header is not signed: the signature (with the kind,
-        // when that is not signed either) keeps a replay under a new id out.
-        let replay_key = match (&self.id, &self.kind) {
-            (Some(Source::Header(_)), Some(Source::Header(_))) => {
-                Some(replay_key(&[kind.as_bytes()], &presented))
-            }
-            (Some(Source::Header(_)), _) => Some(replay_key(&[], &presented)),
+        // An id from a header is not signed: the signature keeps a replay
+        // under a new id out. Only signed bytes make the key: a kind from a
+        // header is not signed either, so it must not make a new event.
+        let replay_key = match &self.id {
+            Some(Source::Header(_)) => Some(replay_key(&[], &presented)),
             _ => None,
         };
         Ok(Verdict::Event(VerifiedEvent {
@@ -417,6 +417,40 @@ mod tests {
             (e.id.as_deref(), e.kind.as_str()),
             (Some("e-9"), "order.paid")
         );
+    }
+
+    /// With the id (and kind) in headers, the replay key comes from the
+    /// signature alone: neither unsigned header changes it.
+    #[test]
+    fn the_replay_key_ignores_unsigned_id_and_kind_headers() {
+        let mut c = config();
+        c.id = Some(FieldSource::Header("X-Event-Id".into()));
+        c.kind = Some(FieldSource::Header("X-Event-Type".into()));
+        let p = provider(c);
+        let s = sig(SECRET, BODY.as_bytes());
+        let key = |id: &str, kind: &str| {
+            event(go(
+                &p,
+                &[("X-Signature", &s), ("X-Event-Id", id), ("X-Event-Type", kind)],
+                BODY.as_bytes(),
+            ))
+            .replay_key
+        };
+        let first = key("e-1", "order.created");
+        assert!(first.is_some());
+        for (id, kind) in [("e-2", "order.created"), ("e-3", "x1"), ("e-4", "Order.Created")] {
+            assert_eq!(key(id, kind), first, "{id} {kind}");
+        }
+        // With the id in the signed body there is no replay key at all.
+        let mut c = config();
+        c.id = Some(FieldSource::JsonPointer("/id".into()));
+        c.kind = Some(FieldSource::Header("X-Event-Type".into()));
+        let e = event(go(
+            &provider(c),
+            &[("X-Signature", &s), ("X-Event-Type", "x1")],
+            BODY.as_bytes(),
+        ));
+        assert_eq!(e.replay_key, None);
     }
 
     #[test]

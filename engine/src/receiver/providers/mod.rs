@@ -83,6 +83,13 @@ pub const MAX_KIND_BYTES: usize = 255;
 /// as a malformed header, so a forged header cannot make us do unbounded work.
 pub const MAX_SIGNATURES_PER_HEADER: usize = 16;
 
+/// Most fields accepted in an `application/x-www-form-urlencoded` body
+/// (PHP's `max_input_vars` default). Twilio's requests carry a few dozen;
+/// a form with more is refused with 413 `too_many_form_fields` after a
+/// count that decodes nothing, so an unsigned body of `a&a&a…` costs no
+/// more than reading it.
+pub const MAX_FORM_FIELDS: usize = 1_000;
+
 /// Most digits accepted in a Unix-seconds timestamp header or field.
 pub const MAX_TIMESTAMP_DIGITS: usize = 12;
 
@@ -199,6 +206,14 @@ pub enum Rejection {
         /// What is wrong with it.
         reason: &'static str,
     },
+    /// The form body has more fields than [`MAX_FORM_FIELDS`]: refused
+    /// before it is decoded (and, for Twilio, before the signature over its
+    /// fields is computed).
+    #[error("form body has more than {limit} fields: no provider sends that many; check what is posting to this endpoint")]
+    TooManyFormFields {
+        /// The most fields accepted.
+        limit: usize,
+    },
     /// The event id the provider always sends is absent.
     #[error("event id is missing: expected it in {location}")]
     MissingId {
@@ -234,7 +249,8 @@ pub enum Rejection {
 impl Rejection {
     /// The HTTP status to answer with: 401 when the delivery is not
     /// authenticated (signature or timestamp problems, duplicated headers),
-    /// 400 when it is authenticated but unusable (body, id or kind).
+    /// 400 when it is authenticated but unusable (body, id or kind), 413 when
+    /// the form has too many fields to look at.
     pub fn status(&self) -> StatusCode {
         match self {
             Self::MissingSignature { .. }
@@ -251,6 +267,7 @@ impl Rejection {
             | Self::InvalidId { .. }
             | Self::MissingKind { .. }
             | Self::InvalidKind { .. } => StatusCode::BAD_REQUEST,
+            Self::TooManyFormFields { .. } => StatusCode::PAYLOAD_TOO_LARGE,
         }
     }
 
@@ -267,6 +284,7 @@ impl Rejection {
             Self::StaleTimestamp { .. } => "stale_timestamp",
             Self::FutureTimestamp { .. } => "future_timestamp",
             Self::MalformedBody { .. } => "malformed_body",
+            Self::TooManyFormFields { .. } => "too_many_form_fields",
             Self::MissingId { .. } => "missing_id",
             Self::InvalidId { .. } => "invalid_id",
             Self::MissingKind { .. } => "missing_kind",
@@ -419,6 +437,7 @@ mod tests {
                 tolerance_secs: 0,
             },
             Rejection::MalformedBody { reason: "r" },
+            Rejection::TooManyFormFields { limit: 1 },
             Rejection::MissingId {
                 location: "l".into(),
             },
@@ -440,6 +459,8 @@ mod tests {
             );
             let want = if expect_400 {
                 StatusCode::BAD_REQUEST
+            } else if code == "too_many_form_fields" {
+                StatusCode::PAYLOAD_TOO_LARGE
             } else {
                 StatusCode::UNAUTHORIZED
             };

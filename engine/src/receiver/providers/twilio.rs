@@ -11,7 +11,12 @@
 //!   concatenated. The parameters are decoded leniently for this (invalid
 //!   UTF-8 becomes U+FFFD, as Twilio's helper libraries and web frameworks
 //!   see them); after the signature verifies, a body that is not strictly
-//!   UTF-8 is refused with 400.
+//!   UTF-8 is refused with 400. The fields are counted before anything is
+//!   decoded: a form of more than [`MAX_FORM_FIELDS`](super::MAX_FORM_FIELDS)
+//!   fields is refused with 413 `too_many_form_fields` before the signature
+//!   is computed, and below that the MAC is fed field by field from a decode
+//!   that borrows from the body, so a wrong signature costs one pass over
+//!   the body and no copy of it.
 //! * JSON bodies (`application/json`), and any request whose URL carries
 //!   `bodySHA256`: Twilio appends `bodySHA256=<hex SHA-256 of the body>` to
 //!   the URL's query string and signs the URL alone. If the public URL
@@ -219,24 +224,34 @@ impl Twilio {
         Ok(())
     }
 
-    /// The signature over the URL and the sorted form parameters.
+    /// The signature over the URL and the sorted form parameters. The form
+    /// is counted before it is decoded (at most
+    /// [`MAX_FORM_FIELDS`](super::MAX_FORM_FIELDS) fields,
+    /// 413 beyond), decoded borrowing from the body where nothing needs
+    /// decoding, and fed to the MAC field by field: nothing the size of the
+    /// body is built for a signature that may be wrong.
     fn verify_url_and_parameters(
         &self,
         delivery: &Delivery<'_>,
         presented: &[u8],
     ) -> Result<(), Rejection> {
-        let mut params = decode_form_lossy(delivery.body);
+        let mut params = decode_form_lossy(delivery.body)?;
         params.sort();
-        let mut concatenated = String::new();
-        for (name, value) in &params {
-            concatenated.push_str(name);
-            concatenated.push_str(value);
-        }
-        let data: Vec<String> = url_variants(delivery.public_url)
-            .into_iter()
-            .map(|url| url + &concatenated)
+        let fields: Vec<&[u8]> = params
+            .iter()
+            .flat_map(|(name, value)| [name.as_bytes(), value.as_bytes()])
             .collect();
-        let expected = self.macs(data.iter().map(|d| d.as_bytes()));
+        let mut expected = Vec::new();
+        for url in url_variants(delivery.public_url) {
+            let signed: Vec<&[u8]> = std::iter::once(url.as_bytes())
+                .chain(fields.iter().copied())
+                .collect();
+            expected.extend(
+                self.secrets
+                    .iter()
+                    .filter_map(|secret| hmac_sha1(secret.bytes(), &signed)),
+            );
+        }
         if any_match(&expected, &[presented.to_vec()]) {
             Ok(())
         } else {
@@ -542,6 +557,33 @@ mod tests {
             ];
             assert_rejected(go(&provider(), &h, body.as_bytes(), URL), "invalid_id", 400);
         }
+    }
+
+    /// A form of more fields than anyone sends is refused with 413 before
+    /// its signature is computed, signed or not; one at the limit verifies.
+    #[test]
+    fn a_form_of_too_many_fields_is_413_before_the_signature() {
+        let flood = "a&".repeat(crate::receiver::providers::MAX_FORM_FIELDS + 1);
+        let wrong = b64(&hmac1(TOKEN.as_bytes(), b"not this"));
+        assert_rejected(post(&wrong, flood.as_bytes(), URL), "too_many_form_fields", 413);
+        let params: Vec<(String, String)> = (0..crate::receiver::providers::MAX_FORM_FIELDS)
+            .map(|i| (format!("F{i:04}"), "v".to_owned()))
+            .collect();
+        let params: Vec<(&str, &str)> = params
+            .iter()
+            .map(|(n, v)| (n.as_str(), v.as_str()))
+            .collect();
+        let body = form_body(&params);
+        event(post(&sign_form(TOKEN, URL, &params), body.as_bytes(), URL));
+        // Signed correctly but one field too many: still 413.
+        let mut more = params.clone();
+        more.push(("Z", "1"));
+        let body = form_body(&more);
+        assert_rejected(
+            post(&sign_form(TOKEN, URL, &more), body.as_bytes(), URL),
+            "too_many_form_fields",
+            413,
+        );
     }
 
     #[test]

@@ -651,6 +651,21 @@ impl Store for PostgresStore {
             .transpose()
     }
 
+    async fn event_find_by_replay_key(
+        &self,
+        source: &str,
+        replay_key: &str,
+    ) -> Result<Option<EventRecord>, StoreError> {
+        sqlx::query(sql::EVENT_FIND_BY_REPLAY_KEY)
+            .bind(source)
+            .bind(replay_key)
+            .fetch_optional(&self.pool)
+            .await?
+            .as_ref()
+            .map(record_from_row)
+            .transpose()
+    }
+
     async fn step_outputs(
         &self,
         event_seq: i64,
