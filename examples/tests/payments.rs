@@ -2,7 +2,8 @@
 //! `invoice.payment_succeeded` delivered three times credits the balance
 //! once, POSTs the receipt (retried after a 503, with the same
 //! `Idempotency-Key`) to a local stand-in, and writes the invoice file; a
-//! source without a secret answers 404; SIGTERM stops it cleanly.
+//! source without a secret answers 404; SIGTERM stops it cleanly; the
+//! dashboard's port closes a slowloris as the receiver's does.
 
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
@@ -58,6 +59,8 @@ async fn receipt_service() -> (LoopbackServer, Arc<Mutex<Vec<Receipt>>>) {
 struct App {
     child: Child,
     addr: std::net::SocketAddr,
+    /// The dashboard's address, when started with `--dashboard-listen`.
+    ops: Option<std::net::SocketAddr>,
     log: PathBuf,
 }
 
@@ -81,13 +84,32 @@ impl App {
             .kill_on_drop(true)
             .spawn()
             .expect("start the payments binary");
-        let addr = tickmark_tests::announced::listening_address(
-            &mut child,
-            "payments: listening on http://",
-            &log,
-        )
-        .await;
-        App { child, addr, log }
+        let mut lines = tickmark_tests::announced::stdout_lines(&mut child);
+        let mut announced = async |prefix: &str| {
+            let line = tickmark_tests::announced::line_starting_with(&mut lines, prefix)
+                .await
+                .unwrap_or_else(|why| {
+                    panic!(
+                        "payments did not announce `{prefix}` ({why:?}):\n{}",
+                        std::fs::read_to_string(&log).unwrap_or_default()
+                    )
+                });
+            let address = &line[prefix.len()..];
+            let end = address.find('/').unwrap_or(address.len());
+            address[..end].parse::<std::net::SocketAddr>().unwrap()
+        };
+        let addr = announced("payments: listening on http://").await;
+        let ops = match extra.contains(&"--dashboard-listen") {
+            true => Some(announced("payments: dashboard on http://").await),
+            false => None,
+        };
+        tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
+        App {
+            child,
+            addr,
+            ops,
+            log,
+        }
     }
 
     fn log(&self) -> String {
@@ -298,6 +320,59 @@ async fn processes_on_one_postgres_share_the_work() {
     }
     assert!(a.terminate().await.success());
     assert!(b.terminate().await.success());
+}
+
+/// The dashboard's port is served with the receiver's limits: a client that
+/// sends its request head a line every quarter second (slowloris) is cut
+/// off at `--header-read-timeout`, while deliveries are answered. (With
+/// plain `axum::serve` it was held open for as long as it kept sending.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_dashboard_port_closes_a_slowloris() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let db = TestDb::new(Backend::Sqlite).await.unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let app = App::start(
+        dir.path(),
+        &db.url,
+        &[
+            "--dashboard-listen",
+            "127.0.0.1:0",
+            "--dashboard-token",
+            "a-dashboard-token-for-the-slowloris-test",
+            "--header-read-timeout",
+            "1",
+        ],
+    )
+    .await;
+    let ops = app.ops.expect("the dashboard's address");
+    let (mut reader, mut writer) = tokio::net::TcpStream::connect(ops)
+        .await
+        .unwrap()
+        .into_split();
+    let trickle = tokio::spawn(async move {
+        writer.write_all(b"GET / HTTP/1.1\r\nhost: x\r\n").await?;
+        for _ in 0..400 {
+            tokio::time::sleep(Duration::from_millis(250)).await;
+            writer.write_all(b"x-slow: 1\r\n").await?;
+        }
+        Ok::<_, std::io::Error>(())
+    });
+    let reply = HttpClient::new()
+        .send(app.addr, &stripe(&invoice_paid("evt_slowloris", "cus_s", 1)))
+        .await
+        .unwrap();
+    assert_eq!(reply.json()["status"], "new");
+    let mut sink = Vec::new();
+    tokio::time::timeout(Duration::from_secs(30), reader.read_to_end(&mut sink))
+        .await
+        .unwrap_or_else(|_| panic!("the dashboard port still holds a slowloris after 30 s"))
+        .ok();
+    assert!(
+        !String::from_utf8_lossy(&sink).starts_with("HTTP/1.1 200"),
+        "{sink:?}"
+    );
+    trickle.abort();
+    assert!(app.terminate().await.success());
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

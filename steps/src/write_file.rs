@@ -627,7 +627,7 @@ mod tests {
             .subdir("orders/2024")
             .extension("json");
         let output = json_step.run(&mut ctx).await.unwrap();
-        let expected = dir.path().join("base/orders/2024/%2E.%2Fevt%201.json");
+        let expected = dir.path().join("base/orders/2024/shop/%2E.%2Fevt%201.json");
         let content = fs::read_to_string(&expected).unwrap();
         assert_eq!(content, "{\n  \"total\": 5\n}\n");
         assert_eq!(
@@ -638,18 +638,16 @@ mod tests {
         let text_step = WriteFile::new(ValueFrom::template("{kind} {event_id}\n"));
         text_step.run(&mut ctx).await.unwrap();
         assert_eq!(
-            fs::read_to_string(dir.path().join("base/%2E.%2Fevt%201")).unwrap(),
+            fs::read_to_string(dir.path().join("base/shop/%2E.%2Fevt%201")).unwrap(),
             "order.paid ../evt 1\n"
         );
         // Run again: the same files, replaced.
         json_step.run(&mut ctx).await.unwrap();
         text_step.run(&mut ctx).await.unwrap();
+        assert_eq!(entries(&dir.path().join("base")), ["orders", "shop"]);
+        assert_eq!(entries(&dir.path().join("base/shop")), ["%2E.%2Fevt%201"]);
         assert_eq!(
-            entries(&dir.path().join("base")),
-            ["%2E.%2Fevt%201", "orders"]
-        );
-        assert_eq!(
-            entries(&dir.path().join("base/orders/2024")),
+            entries(&dir.path().join("base/orders/2024/shop")),
             ["%2E.%2Fevt%201.json"]
         );
     }

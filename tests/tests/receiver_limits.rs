@@ -13,7 +13,15 @@
 //!   time, with or without a Content-Length, even from a client that writes
 //!   the whole request before reading;
 //! - a full accept queue answers 503 `overloaded` with `Retry-After`, and
-//!   writes nothing for those deliveries.
+//!   writes nothing for those deliveries;
+//! - one client address cannot hold more than its share of the
+//!   connections: beyond it, 503 and close, while another address is served;
+//! - the operations port (dashboard, `/metrics`), served with the same
+//!   `tickmark::serve` and limits, closes a slowloris and answers a
+//!   one-byte-a-second `POST /login` with 408, while the receiver answers;
+//! - a forged Twilio form of a mebibyte of `a&a&…` costs the receiver about
+//!   the bytes it reads (resident memory measured from `/proc/self/status`),
+//!   alone and 256 at once, and is refused before its signature is computed.
 //!
 //! Deadlines are short (about a second) and only ever waited for: the tests
 //! wait for the server to close or answer, with generous limits, and never
@@ -24,7 +32,8 @@ mod receiver_support;
 use std::net::SocketAddr;
 use std::time::Duration;
 
-use receiver_support::{all_sources, now, record_everything, Kind};
+use receiver_support::{all_sources, b64, hmac1, now, record_everything, Kind};
+use tickmark::dashboard::Dashboard;
 use tickmark::receiver::Limits;
 use tickmark::{Backend, Receiver};
 use tickmark_tests::conformance::engine;
@@ -37,6 +46,9 @@ use tokio_util::sync::CancellationToken;
 /// Longest wait for anything the server should do within a second or two:
 /// wide, for a loaded 2-core machine.
 const PATIENCE: Duration = Duration::from_secs(30);
+
+/// The dashboard's token on the operations port.
+const OPS_TOKEN: &str = "an-ops-token-long-enough-for-a-test";
 
 /// A receiver served with `Receiver::serve` on a loopback port.
 struct Served {
@@ -65,6 +77,22 @@ impl Served {
             stop,
             task,
         })
+    }
+
+    /// The operations router (dashboard with a token, `/metrics`) on its
+    /// own loopback port, served as the receiver is: `tickmark::serve`, the
+    /// same `limits`. Stops with the receiver.
+    async fn start_ops(&self, limits: Limits) -> SocketAddr {
+        let engine = engine(&self.db, record_everything());
+        let dashboard = Dashboard::new(engine.clone()).token(OPS_TOKEN);
+        let router = tickmark::ops::router(engine, Some(dashboard));
+        let listener = tickmark::serve::bind("127.0.0.1:0".parse().unwrap(), &limits)
+            .await
+            .unwrap();
+        let addr = listener.local_addr().unwrap();
+        let shutdown = self.stop.clone().cancelled_owned();
+        tokio::spawn(tickmark::serve::serve(listener, router, limits, shutdown));
+        addr
     }
 
     async fn rows(&self) -> i64 {
@@ -609,6 +637,260 @@ impl WriteLock {
     }
 }
 
+/// Writes `bytes` one at a time, `every` apart, until the server closes the
+/// connection (a write fails) or they run out.
+fn trickle(mut writer: tokio::net::tcp::OwnedWriteHalf, bytes: Vec<u8>, every: Duration) {
+    tokio::spawn(async move {
+        for byte in bytes {
+            tokio::time::sleep(every).await;
+            if writer.write_all(&[byte]).await.is_err() {
+                return;
+            }
+        }
+    });
+}
+
+/// Read until the server closes the read half (or PATIENCE runs out).
+async fn read_half_until_closed(reader: &mut tokio::net::tcp::OwnedReadHalf) -> Vec<u8> {
+    let mut received = Vec::new();
+    let mut buffer = vec![0u8; 16 * 1024];
+    tokio::time::timeout(PATIENCE, async {
+        loop {
+            match reader.read(&mut buffer).await {
+                Ok(0) | Err(_) => break,
+                Ok(n) => received.extend_from_slice(&buffer[..n]),
+            }
+        }
+    })
+    .await
+    .expect("the server closes the connection");
+    received
+}
+
+/// The operations port has the receiver's limits: a slowloris (a header
+/// line every quarter second) is closed at the header-read timeout, and a
+/// `POST /login` whose body comes a byte a second gets 408 at the body
+/// deadline (not a 401 for an empty token). Meanwhile the receiver answers.
+async fn the_ops_port_closes_a_slowloris_and_a_slow_login(backend: Backend) {
+    let limits = limits(|l| {
+        l.header_read_timeout = Duration::from_secs(1);
+        l.body_read_timeout = Duration::from_secs(1);
+    });
+    let Some(served) = Served::start(backend, limits, None).await else {
+        return;
+    };
+    let ops = served.start_ops(limits).await;
+
+    let (mut slowloris, writer) = TcpStream::connect(ops).await.unwrap().into_split();
+    let header_lines = b"GET /login HTTP/1.1\r\nhost: x\r\n"
+        .iter()
+        .chain(b"x-slow: 1\r\n".repeat(400).iter())
+        .copied()
+        .collect();
+    trickle(writer, header_lines, Duration::from_millis(250));
+    assert_eq!(deliver(served.addr, "evt_during_slowloris").await.status, 200);
+    let received = read_half_until_closed(&mut slowloris).await;
+    assert!(
+        !String::from_utf8_lossy(&received).starts_with("HTTP/1.1 200"),
+        "a head that never ended was answered: {:?}",
+        String::from_utf8_lossy(&received)
+    );
+
+    let (mut login, mut writer) = TcpStream::connect(ops).await.unwrap().into_split();
+    writer
+        .write_all(
+            b"POST /login HTTP/1.1\r\nhost: x\r\n\
+              content-type: application/x-www-form-urlencoded\r\ncontent-length: 64\r\n\r\n",
+        )
+        .await
+        .unwrap();
+    trickle(writer, b"token=".repeat(11), Duration::from_secs(1));
+    assert_eq!(deliver(served.addr, "evt_during_slow_login").await.status, 200);
+    let answer = parse_answer(&read_half_until_closed(&mut login).await);
+    assert_eq!(answer.status, 408, "{answer:?}");
+
+    assert_eq!(served.rows().await, 2, "the receiver recorded both deliveries");
+    served.shutdown().await;
+}
+
+/// A connection from `local` (a loopback address of the 127/8 range) to `to`.
+async fn connect_from(local: [u8; 4], to: SocketAddr) -> TcpStream {
+    let socket = tokio::net::TcpSocket::new_v4().unwrap();
+    socket.bind(SocketAddr::from((local, 0))).unwrap();
+    socket.connect(to).await.unwrap()
+}
+
+/// One client address holds at most `max_connections_per_address`: the
+/// next connection from it is answered 503 and closed at once, while one
+/// from another address is served; a freed place is taken again.
+async fn one_address_cannot_hold_every_connection(backend: Backend) {
+    let Some(served) = Served::start(
+        backend,
+        limits(|l| {
+            l.max_connections = 16;
+            l.max_connections_per_address = 2;
+        }),
+        None,
+    )
+    .await
+    else {
+        return;
+    };
+    let mut held = vec![
+        connect_from([127, 0, 0, 1], served.addr).await,
+        connect_from([127, 0, 0, 1], served.addr).await,
+    ];
+    // The accept loop takes connections in order: these two hold the share.
+    let mut extra = connect_from([127, 0, 0, 1], served.addr).await;
+    let answer = parse_answer(&read_until_closed(&mut extra).await);
+    assert_eq!(answer.status, 503, "{answer:?}");
+    assert_eq!(answer.json["error"], "overloaded");
+
+    let mut other = connect_from([127, 0, 0, 2], served.addr).await;
+    other
+        .write_all(b"GET /healthz HTTP/1.1\r\nhost: x\r\nconnection: close\r\n\r\n")
+        .await
+        .unwrap();
+    assert_eq!(parse_answer(&read_until_closed(&mut other).await).status, 200);
+
+    drop(held.pop());
+    tickmark_tests::wait::until("the freed place", PATIENCE, || async {
+        let mut again = connect_from([127, 0, 0, 1], served.addr).await;
+        let sent = again
+            .write_all(b"GET /healthz HTTP/1.1\r\nhost: x\r\nconnection: close\r\n\r\n")
+            .await;
+        sent.is_ok() && parse_answer(&read_until_closed(&mut again).await).status == 200
+    })
+    .await;
+    drop(held);
+    served.shutdown().await;
+}
+
+/// This process's resident memory in KiB: `VmRSS`, or `VmHWM` (its peak
+/// since the last reset), from `/proc/self/status`.
+fn memory_kib(field: &str) -> u64 {
+    let status = std::fs::read_to_string("/proc/self/status").expect("/proc/self/status (Linux)");
+    status
+        .lines()
+        .find_map(|line| line.strip_prefix(field)?.strip_prefix(':'))
+        .and_then(|rest| rest.trim().trim_end_matches("kB").trim().parse().ok())
+        .unwrap_or_else(|| panic!("no {field} in /proc/self/status"))
+}
+
+/// Reset the peak (`VmHWM`) to the current resident size (Linux 4.0+), so
+/// that the next reading is the peak of what follows.
+fn reset_peak() {
+    std::fs::write("/proc/self/clear_refs", "5").expect("reset VmHWM through /proc/self/clear_refs");
+}
+
+/// A forged Twilio form post: `body` under a well-formed signature that is
+/// not the body's, on its own connection; the answer.
+async fn forged_twilio(addr: SocketAddr, body: std::sync::Arc<Vec<u8>>) -> Answer {
+    let head = format!(
+        "POST /hooks/twilio HTTP/1.1\r\nhost: x\r\nconnection: close\r\n\
+         content-type: application/x-www-form-urlencoded\r\n\
+         x-twilio-signature: {}\r\ncontent-length: {}\r\n\r\n",
+        b64(&hmac1(b"not the auth token", b"anything")),
+        body.len()
+    );
+    let mut stream = TcpStream::connect(addr).await.unwrap();
+    stream.write_all(head.as_bytes()).await.unwrap();
+    stream.write_all(&body).await.unwrap();
+    parse_answer(&read_until_closed(&mut stream).await)
+}
+
+/// Twilio signs its form's decoded fields, so a body must be decoded before
+/// its signature can be checked. A mebibyte of `a&a&…` (half a million
+/// fields) under a wrong signature once cost tens of megabytes and a sort on
+/// a runtime thread; now it is counted, refused with 413, and costs about
+/// the bytes read. And a form just under the field cap, every byte an
+/// escape, is decoded (a few hundred kilobytes) and refused with 401. One
+/// alone, then 256 at once (the in-flight cap): the peak resident memory
+/// grows by a few MiB per request at most (the figures are printed), the
+/// receiver still answers, and nothing is written.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_forged_twilio_flood_costs_about_its_bytes() {
+    const MIB: u64 = 1024;
+    let Some(served) = Served::start(
+        Backend::Sqlite,
+        limits(|l| {
+            l.max_connections = 1024;
+            l.max_connections_per_address = 1024;
+        }),
+        None,
+    )
+    .await
+    else {
+        return;
+    };
+    let limit = tickmark::receiver::DEFAULT_BODY_LIMIT;
+    let flood = std::sync::Arc::new(b"a&".repeat(limit / 2));
+    let fields = tickmark::receiver::providers::MAX_FORM_FIELDS;
+    let escapes = std::sync::Arc::new(
+        format!("a={}&", "%41".repeat((limit / fields - 4) / 3))
+            .repeat(fields)
+            .into_bytes(),
+    );
+    assert!(flood.len() <= limit && escapes.len() <= limit);
+    assert_eq!(deliver(served.addr, "evt_warm_up").await.status, 200);
+    let warm = Kind::Twilio.delivery(Kind::Twilio.secret(), "tw_warm_up", now());
+    let mut stream = TcpStream::connect(served.addr).await.unwrap();
+    stream
+        .write_all(&request_bytes(&warm.header("connection", "close"), false))
+        .await
+        .unwrap();
+    assert_eq!(parse_answer(&read_until_closed(&mut stream).await).status, 200);
+
+    reset_peak();
+    let before = memory_kib("VmRSS");
+    let alone = forged_twilio(served.addr, flood.clone()).await;
+    let alone_growth = memory_kib("VmHWM").saturating_sub(before);
+
+    reset_peak();
+    let before = memory_kib("VmRSS");
+    let sends: Vec<_> = (0..256)
+        .map(|i| {
+            let body = if i % 2 == 0 { flood.clone() } else { escapes.clone() };
+            tokio::spawn(forged_twilio(served.addr, body))
+        })
+        .collect();
+    let mut statuses = std::collections::BTreeMap::<(u16, String), usize>::new();
+    for send in sends {
+        let answer = send.await.unwrap();
+        let code = answer.json["error"].as_str().unwrap_or_default().to_owned();
+        *statuses.entry((answer.status, code)).or_default() += 1;
+    }
+    let burst_growth = memory_kib("VmHWM").saturating_sub(before);
+    println!(
+        "forged Twilio forms of {} bytes: one alone raised the peak RSS by {:.1} MiB; \
+         256 at once by {:.1} MiB ({:.2} MiB each); answers {statuses:?}",
+        flood.len(),
+        alone_growth as f64 / MIB as f64,
+        burst_growth as f64 / MIB as f64,
+        burst_growth as f64 / MIB as f64 / 256.0,
+    );
+
+    assert_eq!((alone.status, alone.json["error"].as_str()), (413, Some("too_many_form_fields")));
+    assert_eq!(
+        statuses.into_iter().collect::<Vec<_>>(),
+        [
+            ((401, "bad_signature".to_owned()), 128),
+            ((413, "too_many_form_fields".to_owned()), 128)
+        ]
+    );
+    assert!(
+        alone_growth < 8 * MIB,
+        "one forged form raised the peak RSS by {alone_growth} KiB"
+    );
+    assert!(
+        burst_growth < 256 * 3 * MIB,
+        "256 forged forms raised the peak RSS by {burst_growth} KiB"
+    );
+    assert_eq!(deliver(served.addr, "evt_after").await.status, 200);
+    assert_eq!(served.rows().await, 3, "the warm-ups and the last delivery, nothing else");
+    served.shutdown().await;
+}
+
 macro_rules! cases {
     ($backend:expr) => {
         cases!(@each $backend;
@@ -619,6 +901,8 @@ macro_rules! cases {
             an_unsigned_body_is_refused_before_it_is_read,
             a_two_mebibyte_body_gets_its_413_every_time,
             a_full_accept_queue_answers_503,
+            one_address_cannot_hold_every_connection,
+            the_ops_port_closes_a_slowloris_and_a_slow_login,
         );
     };
     (@each $backend:expr; $($case:ident),+ $(,)?) => {

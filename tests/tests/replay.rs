@@ -6,8 +6,10 @@
 //! another event name too) is answered `duplicate` (`"matched":"replay_key"`)
 //! and runs nothing; a true redelivery is still a plain duplicate
 //! (`"matched":"event_id"`); a different event of the same source is new;
-//! concurrent replays under many ids record one event. The replay key is
-//! stored on the event row, so it lives exactly as long as the dedup key.
+//! concurrent replays under many ids record one event; a captured body
+//! re-sent under other kinds (Shopify's topic, a generic kind header: not
+//! signed) is one event too. The replay key is stored on the event row, so
+//! it lives exactly as long as the dedup key.
 //! Stripe, Standard Webhooks and Slack keep no replay key: their id is signed
 //! and their signed timestamp bounds replays.
 
@@ -267,26 +269,60 @@ async fn signed_id_sources_keep_no_replay_key(backend: Backend, transport: Trans
     assert_eq!(with_key, 0);
 }
 
-/// Shopify sends one body under several topics (an order paid at checkout:
-/// `orders/create` and `orders/paid`): the topic is part of its replay key,
-/// so those stay separate events.
-async fn shopify_topics_stay_separate_events(backend: Backend, transport: Transport) {
-    let Some(h) = Harness::new(backend, transport, record_everything(), all_sources).await else {
+/// The kind header of Shopify (`X-Shopify-Topic`) and of a generic source
+/// with its kind in a header is not signed either: a captured body re-sent
+/// under other kinds (`Orders/create`, `x1`, `x2`, …), each with a fresh id,
+/// is one event, answered `duplicate` (`"matched":"replay_key"`), and runs
+/// once, under the kind it first came with. A redelivery of the same id
+/// under another kind is a plain duplicate.
+async fn a_captured_body_under_other_kinds_is_one_event(
+    source: Source,
+    backend: Backend,
+    transport: Transport,
+) {
+    let Some(h) = Harness::new(
+        backend,
+        transport,
+        record_everything(),
+        with_generic_header_id,
+    )
+    .await
+    else {
         return;
     };
-    let created = Source::Shopify.delivery("wh_1", "order 1001");
-    assert_answer(&h.send(&created).await, 200, "new", None);
-    let paid = set_header(created.clone(), "x-shopify-webhook-id", "wh_2");
-    let paid = set_header(paid, "x-shopify-topic", "orders/paid");
-    let reply = h.send(&paid).await;
-    assert_answer(&reply, 200, "new", None);
-    assert_eq!(reply.json()["kind"], "orders/paid");
-    // Each replayed under yet another id is a duplicate.
-    for (request, id) in [(&created, "wh_3"), (&paid, "wh_4")] {
-        let replayed = set_header(request.clone(), "x-shopify-webhook-id", id);
-        assert_answer(&h.send(&replayed).await, 200, "duplicate", None);
+    let kind_header = match source {
+        Source::Shopify => "x-shopify-topic",
+        Source::GenericHeaderId => "x-event-type",
+        other => panic!("{other:?} has no unsigned kind header"),
+    };
+    let captured = source.delivery("wh_1", "order 1001");
+    let first = h.send(&captured).await;
+    assert_answer(&first, 200, "new", None);
+    let first_kind = first.json()["kind"].as_str().unwrap().to_owned();
+    for (n, kind) in ["Orders/create", "x1", "x2", "orders/paid"].iter().enumerate() {
+        let forged = set_header(captured.clone(), source.id_header(), &format!("wh_forged_{n}"));
+        let forged = set_header(forged, kind_header, kind);
+        let reply = h.send(&forged).await;
+        assert_answer(&reply, 200, "duplicate", None);
+        assert_eq!(reply.json()["matched"], "replay_key", "{kind}: {}", reply.json());
     }
-    assert_eq!(h.event_rows().await, 2);
+    // The provider's own redelivery under another kind: a plain duplicate.
+    let renamed = set_header(captured.clone(), kind_header, "x3");
+    let reply = h.send(&renamed).await;
+    assert_answer(&reply, 200, "duplicate", None);
+    assert_eq!(reply.json()["matched"], "event_id");
+
+    assert_eq!(h.event_rows().await, 1, "one event for the captured body");
+    let stats = h.run_worker().await;
+    assert_eq!(stats.events_done, 1);
+    assert_eq!(h.db.probe.runs("wh_1", "first").await, 1);
+    let kinds =
+        h.db.probe
+            .scalar(&format!(
+                "SELECT count(*) FROM tickmark_events WHERE kind = '{first_kind}'"
+            ))
+            .await;
+    assert_eq!(kinds, 1, "the event keeps the kind it first came with");
 }
 
 macro_rules! cases {
@@ -336,8 +372,22 @@ macro_rules! cases {
             super::super::signed_id_sources_keep_no_replay_key($backend, $transport).await;
         }
         #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-        async fn shopify_topics_stay_separate_events() {
-            super::super::shopify_topics_stay_separate_events($backend, $transport).await;
+        async fn shopify_under_other_topics_is_one_event() {
+            super::super::a_captured_body_under_other_kinds_is_one_event(
+                super::super::Source::Shopify,
+                $backend,
+                $transport,
+            )
+            .await;
+        }
+        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+        async fn generic_under_other_kind_headers_is_one_event() {
+            super::super::a_captured_body_under_other_kinds_is_one_event(
+                super::super::Source::GenericHeaderId,
+                $backend,
+                $transport,
+            )
+            .await;
         }
     };
 }

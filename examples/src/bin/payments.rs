@@ -6,7 +6,8 @@
 //!     [--out-dir DIR] [--public-url URL] \
 //!     [--dashboard-listen ADDR --dashboard-token TOKEN [--metrics-public]] \
 //!     [--header-read-timeout SECS] [--body-read-timeout SECS] \
-//!     [--max-connections N] [--max-in-flight N] [--body-limit BYTES]
+//!     [--max-connections N] [--max-connections-per-address N] [--max-in-flight N] \
+//!     [--body-limit BYTES]
 //! ```
 //!
 //! Stripe's `invoice.payment_succeeded` runs `credit_account` (in the
@@ -25,7 +26,8 @@ use std::time::Duration;
 use clap::Parser;
 use tickmark::dashboard::Dashboard;
 use tickmark::receiver::{
-    Limits, PublicBaseUrl, DEFAULT_BODY_LIMIT, DEFAULT_MAX_CONNECTIONS, DEFAULT_MAX_IN_FLIGHT,
+    Limits, PublicBaseUrl, DEFAULT_BODY_LIMIT, DEFAULT_MAX_CONNECTIONS,
+    DEFAULT_MAX_CONNECTIONS_PER_ADDRESS, DEFAULT_MAX_IN_FLIGHT,
 };
 use tickmark::{Engine, Receiver, WorkerConfig};
 use tickmark_examples::payments::{self, ReceiptClient, ReceiptUrl, Settings, SourceSetup};
@@ -131,11 +133,12 @@ struct Args {
     /// Seconds a connection may take to send a request's headers, counted
     /// from the accept (or from the previous answer: this is also how long
     /// an idle kept-alive connection stays open). Slower ones are closed.
+    /// This and the limits below apply to --dashboard-listen too.
     #[arg(long, value_name = "SECS", default_value = "10", value_parser = parse_seconds)]
     header_read_timeout: Duration,
 
-    /// Seconds a delivery may take to send its whole body, after its
-    /// headers. Slower ones get 408 and are closed.
+    /// Seconds a request (a delivery, a dashboard form) may take to send its
+    /// whole body, after its headers. Slower ones get 408 and are closed.
     #[arg(long, value_name = "SECS", default_value = "10", value_parser = parse_seconds)]
     body_read_timeout: Duration,
 
@@ -143,6 +146,13 @@ struct Args {
     /// once. Keep it below the open-file limit (`ulimit -n`).
     #[arg(long, value_name = "N", default_value_t = DEFAULT_MAX_CONNECTIONS)]
     max_connections: usize,
+
+    /// Most connections open at once from one client address (an IPv6 /64
+    /// counts as one); more are answered 503 and closed at once. Behind a
+    /// reverse proxy every connection is the proxy's: set it to
+    /// --max-connections there.
+    #[arg(long, value_name = "N", default_value_t = DEFAULT_MAX_CONNECTIONS_PER_ADDRESS)]
+    max_connections_per_address: usize,
 
     /// Most deliveries handled at once; more are answered 503 with
     /// Retry-After at once.
@@ -230,6 +240,7 @@ async fn run(args: Args) -> Result<(), String> {
     limits.header_read_timeout = args.header_read_timeout;
     limits.body_read_timeout = args.body_read_timeout;
     limits.max_connections = args.max_connections;
+    limits.max_connections_per_address = args.max_connections_per_address;
     limits.max_in_flight = args.max_in_flight;
     let mut receiver = Receiver::new(engine.clone())
         .limits(limits)
@@ -256,7 +267,7 @@ async fn run(args: Args) -> Result<(), String> {
         tracing::warn!("no source is on: every /hooks/ path answers 404 (see --help)");
     }
 
-    let listener = tokio::net::TcpListener::bind(args.listen)
+    let listener = tickmark::serve::bind(args.listen, &limits)
         .await
         .map_err(|e| format!("cannot listen on {}: {e}", args.listen))?;
     let addr = listener
@@ -272,7 +283,7 @@ async fn run(args: Args) -> Result<(), String> {
     // The dashboard and /metrics, on their own (private) address.
     let ops_listener = match args.dashboard_listen {
         Some(ops_addr) => Some(
-            tokio::net::TcpListener::bind(ops_addr)
+            tickmark::serve::bind(ops_addr, &limits)
                 .await
                 .map_err(|e| format!("cannot listen on {ops_addr} (--dashboard-listen): {e}"))?,
         ),
@@ -311,16 +322,14 @@ async fn run(args: Args) -> Result<(), String> {
         }
         let router = tickmark::ops::router(engine.clone(), Some(dashboard));
         let stop = stop_http.clone().cancelled_owned();
-        tokio::spawn(async move {
-            axum::serve(listener, router)
-                .with_graceful_shutdown(stop)
-                .await
-        })
+        // The same limits as the receiver's: this port faces browsers and
+        // scrapers, and a slow client must not hold it either.
+        tokio::spawn(tickmark::serve::serve(listener, router, limits, stop))
     });
 
     // Stop accepting first (requests in flight finish), then the worker's
     // graceful shutdown: running steps finish or are released. `serve`
-    // applies the connection limits (header-read timeout, connection cap).
+    // applies the connection limits (header-read timeout, connection caps).
     let served = receiver
         .serve(listener, stop_http.clone().cancelled_owned())
         .await;
@@ -364,6 +373,10 @@ mod tests {
         assert_eq!(args.header_read_timeout, defaults.header_read_timeout);
         assert_eq!(args.body_read_timeout, defaults.body_read_timeout);
         assert_eq!(args.max_connections, defaults.max_connections);
+        assert_eq!(
+            args.max_connections_per_address,
+            defaults.max_connections_per_address
+        );
         assert_eq!(args.max_in_flight, defaults.max_in_flight);
         assert_eq!(args.body_limit, DEFAULT_BODY_LIMIT);
     }
