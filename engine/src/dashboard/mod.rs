@@ -6,8 +6,8 @@
 //! | `GET /` | the overview: events by state and source, oldest pending age, stuck events, events done per minute, the latest dead letters |
 //! | `GET /events` | the event list, newest first, filtered by `state`, `source`, `kind`, `since` (`90s`, `15m`, `24h`, `7d`) and `limit`; or found by `id` (row number or dedup key) |
 //! | `GET /events/{seq}` | one event: its fields, step-status table, payload and audit trail, and the retry button |
-//! | `POST /events/{seq}/retry` | re-queue the event (form fields `token` or `csrf`, `from_step`, `force`, `reason`); 303 to the event page, the refusal on the page (409), 401 without the token, 403 with a session but without its CSRF token |
-//! | `GET /login`, `POST /login`, `POST /logout` | signing a browser in (the token in a password field sets a session cookie) and out |
+//! | `POST /events/{seq}/retry` | re-queue the event (form fields `token` or `csrf`, `from_step`, `force`, `reason`); 303 to the event page, the refusal on the page (409), 401 without the token, 403 with a session but without its CSRF token, 429 after too many wrong tokens |
+//! | `GET /login`, `POST /login`, `POST /logout` | signing a browser in (the token in a password field sets a session cookie; 429 after too many wrong tokens) and out (which revokes every session issued so far) |
 //!
 //! **Private by default.** With a token ([`Dashboard::token`]) every page
 //! needs it: `Authorization: Bearer <token>`, or a browser session from the

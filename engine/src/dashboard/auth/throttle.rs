@@ -141,6 +141,8 @@ pub(crate) struct Locked {
     pub(crate) retry_after: Duration,
     /// Whose budget it is.
     pub(crate) scope: Scope,
+    /// Whether this refusal is the lock-out's first (the one logged).
+    pub(crate) first: bool,
 }
 
 impl Locked {
@@ -261,8 +263,9 @@ impl Throttle {
                     let locked = Locked {
                         retry_after: wait,
                         scope: Scope::Client,
+                        first: !std::mem::replace(&mut entry.warned, true),
                     };
-                    if !std::mem::replace(&mut entry.warned, true) {
+                    if locked.first {
                         tracing::warn!(
                             %client,
                             retry_after_s = locked.retry_after_secs(),
@@ -281,8 +284,9 @@ impl Throttle {
             let locked = Locked {
                 retry_after: wait,
                 scope: Scope::Global,
+                first: !std::mem::replace(&mut global.warned, true),
             };
-            if !std::mem::replace(&mut global.warned, true) {
+            if locked.first {
                 tracing::warn!(
                     retry_after_s = locked.retry_after_secs(),
                     "dashboard: too many wrong tokens from all clients together; every token \
@@ -434,6 +438,34 @@ mod tests {
     }
 
     #[test]
+    fn a_lock_out_is_logged_once_until_the_bucket_refills() {
+        let clock = Manual::new();
+        let throttle = Throttle::new(limits(2, 4), clock.now());
+        let me = client("192.0.2.1");
+        fail(&throttle, me, 2);
+        let firsts = |throttle: &Throttle, who| {
+            (0..5)
+                .map(|_| throttle.gate(who).err().expect("locked").first)
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(firsts(&throttle, me), [true, false, false, false, false]);
+        // Half refilled, locked again at once: the same lock-out, not logged.
+        clock.advance(Duration::from_secs(30));
+        fail(&throttle, me, 1);
+        assert_eq!(firsts(&throttle, me), [false; 5]);
+        // Quiet for a whole window: the next lock-out is logged again.
+        clock.advance(Duration::from_secs(60));
+        fail(&throttle, me, 2);
+        assert!(throttle.gate(me).err().unwrap().first);
+        // The global budget has its own: two more addresses spend it.
+        fail(&throttle, client("192.0.2.2"), 2);
+        assert_eq!(
+            firsts(&throttle, client("192.0.2.3")),
+            [true, false, false, false, false]
+        );
+    }
+
+    #[test]
     fn right_tokens_cost_nothing() {
         let clock = Manual::new();
         let throttle = Throttle::new(limits(3, 100), clock.now());
@@ -527,6 +559,7 @@ mod tests {
         let locked = |ms| Locked {
             retry_after: Duration::from_millis(ms),
             scope: Scope::Client,
+            first: true,
         };
         assert_eq!(locked(1).retry_after_secs(), 1);
         assert_eq!(locked(0).retry_after_secs(), 1);
