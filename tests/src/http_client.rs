@@ -206,6 +206,17 @@ pub struct LoopbackServer {
 impl LoopbackServer {
     /// Serve `router` on `127.0.0.1:0`.
     pub async fn start(router: Router) -> LoopbackServer {
+        Self::serve(router, false).await
+    }
+
+    /// Serve `router` on `127.0.0.1:0`, every request carrying
+    /// `axum::extract::ConnectInfo<SocketAddr>` (the client's address), as
+    /// tickmark's own server does.
+    pub async fn start_with_connect_info(router: Router) -> LoopbackServer {
+        Self::serve(router, true).await
+    }
+
+    async fn serve(router: Router, connect_info: bool) -> LoopbackServer {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
             .await
             .expect("bind loopback");
@@ -213,10 +224,20 @@ impl LoopbackServer {
         let stop = CancellationToken::new();
         let shutdown = stop.clone().cancelled_owned();
         let task = tokio::spawn(async move {
-            axum::serve(listener, router)
+            if connect_info {
+                axum::serve(
+                    listener,
+                    router.into_make_service_with_connect_info::<SocketAddr>(),
+                )
                 .with_graceful_shutdown(shutdown)
                 .await
                 .expect("serve");
+            } else {
+                axum::serve(listener, router)
+                    .with_graceful_shutdown(shutdown)
+                    .await
+                    .expect("serve");
+            }
         });
         LoopbackServer {
             addr,

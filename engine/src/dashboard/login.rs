@@ -4,7 +4,11 @@
 //! |---|---|
 //! | `GET /login` | the form: one password field for the token (also the body of every 401 a page answers) |
 //! | `POST /login` | fields `token`, `next`: the right token sets the session cookie and redirects (303) to `next`, a page of this dashboard; a wrong one is a 401 with the form again |
-//! | `POST /logout` | field `csrf`: clears the cookie, 303 to the form |
+//! | `POST /logout` | field `csrf`: clears the cookie and revokes every session issued so far (every browser is signed out), 303 to the form |
+//!
+//! A wrong token counts against the client's address in the throttle; over
+//! budget, the form is answered 429 without the token being checked. A form
+//! whose body cannot be read is answered 408 or 400 and counts nothing.
 
 use std::sync::Arc;
 
@@ -15,7 +19,11 @@ use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use maud::html;
 
-use super::auth::{challenge, clear_cookie, no_token_configured, set_cookie, unauthorized, Access};
+use super::auth::{
+    challenge, clear_cookie, no_token_configured, set_cookie, too_many_wrong_tokens, unauthorized,
+    Access, Peer, Refusal,
+};
+use super::form_body;
 use super::html::{Chrome, Page};
 use super::links::Base;
 use super::viewer::Viewer;
@@ -68,21 +76,29 @@ pub(crate) async fn show(viewer: Viewer, RawQuery(raw): RawQuery) -> Response {
 pub(crate) async fn sign_in(
     State(shared): State<Arc<Shared>>,
     base: Base,
+    Peer(client): Peer,
     body: Result<Bytes, BytesRejection>,
 ) -> Response {
     let Some(auth) = &shared.auth else {
         return no_token_configured(&base, "Signing in is off");
     };
-    let body = body.unwrap_or_default();
+    let body = match body {
+        Ok(body) => body,
+        Err(rejection) => return form_body::unreadable(&base, &rejection),
+    };
     let next = field(&body, "next");
-    if !auth.token_matches(&field(&body, "token")) {
-        tracing::warn!("dashboard: sign-in refused, wrong token");
-        return challenge(page(
-            &base,
-            &next,
-            StatusCode::UNAUTHORIZED,
-            Some("That is not the dashboard's token."),
-        ));
+    match auth.sign_in(client, &field(&body, "token")) {
+        Ok(true) => {}
+        Ok(false) => {
+            tracing::warn!("dashboard: sign-in refused, wrong token");
+            return challenge(page(
+                &base,
+                &next,
+                StatusCode::UNAUTHORIZED,
+                Some("That is not the dashboard's token."),
+            ));
+        }
+        Err(locked) => return too_many_wrong_tokens(&base, locked),
     }
     tracing::info!("dashboard: signed in");
     let cookie = set_cookie(&auth.new_session(), cookie_path(&base));
@@ -90,23 +106,32 @@ pub(crate) async fn sign_in(
 }
 
 /// `POST /logout`: needs the session's CSRF token, like every form that
-/// changes something.
+/// changes something. Revokes every session issued so far, so a copy of
+/// the cookie (stolen, or left in another browser) is refused from now on:
+/// signing out signs every browser out.
 pub(crate) async fn sign_out(
     State(shared): State<Arc<Shared>>,
     base: Base,
+    Peer(client): Peer,
     headers: HeaderMap,
     body: Result<Bytes, BytesRejection>,
 ) -> Response {
     let Some(auth) = &shared.auth else {
         return no_token_configured(&base, "Signing out is off");
     };
-    let body = body.unwrap_or_default();
-    if auth
-        .authorize_action(&headers, "", &field(&body, "csrf"))
-        .is_err()
-    {
-        return unauthorized(&base, "Not signed out: the form's session check failed.");
+    let body = match body {
+        Ok(body) => body,
+        Err(rejection) => return form_body::unreadable(&base, &rejection),
+    };
+    match auth.authorize_action(&headers, client, "", &field(&body, "csrf")) {
+        Ok(_) => {}
+        Err(Refusal::Locked(locked)) => return too_many_wrong_tokens(&base, locked),
+        Err(Refusal::NoCredentials | Refusal::BadCsrf) => {
+            return unauthorized(&base, "Not signed out: the form's session check failed.")
+        }
     }
+    auth.revoke_sessions();
+    tracing::info!("dashboard: signed out; every session issued so far is revoked");
     see_other(
         &format!("{}/login", base.0),
         clear_cookie(cookie_path(&base)),

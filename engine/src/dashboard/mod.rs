@@ -6,8 +6,8 @@
 //! | `GET /` | the overview: events by state and source, oldest pending age, stuck events, events done per minute, the latest dead letters |
 //! | `GET /events` | the event list, newest first, filtered by `state`, `source`, `kind`, `since` (`90s`, `15m`, `24h`, `7d`) and `limit`; or found by `id` (row number or dedup key) |
 //! | `GET /events/{seq}` | one event: its fields, step-status table, payload and audit trail, and the retry button |
-//! | `POST /events/{seq}/retry` | re-queue the event (form fields `token` or `csrf`, `from_step`, `force`, `reason`); 303 to the event page, the refusal on the page (409), 401 without the token, 403 with a session but without its CSRF token |
-//! | `GET /login`, `POST /login`, `POST /logout` | signing a browser in (the token in a password field sets a session cookie) and out |
+//! | `POST /events/{seq}/retry` | re-queue the event (form fields `token` or `csrf`, `from_step`, `force`, `reason`); 303 to the event page, the refusal on the page (409), 401 without the token, 403 with a session but without its CSRF token, 429 after too many wrong tokens |
+//! | `GET /login`, `POST /login`, `POST /logout` | signing a browser in (the token in a password field sets a session cookie; 429 after too many wrong tokens) and out (which revokes every session issued so far) |
 //!
 //! **Private by default.** With a token ([`Dashboard::token`]) every page
 //! needs it: `Authorization: Bearer <token>`, or a browser session from the
@@ -18,6 +18,17 @@
 //! Without a token the dashboard shows nothing and does nothing (every page
 //! answers 401 saying how to configure one): it cannot leak payloads by
 //! being left unconfigured.
+//!
+//! **Guessing is throttled.** Every wrong token (login form, retry form,
+//! bearer header on a page or `/metrics`) counts against the client's
+//! address (an IPv6 client is its /64) and a global budget
+//! ([`FailureLimits`]: by default 10 per address and 100 in all per minute).
+//! Over budget, the request is answered 429 with `Retry-After` and its token
+//! is not checked at all, so a right guess is not revealed either. Signed-in
+//! browsers are not throttled. A token shorter than [`MIN_TOKEN_BYTES`] is
+//! warned about when the router is built ([`Dashboard::startup_warnings`]).
+//! **Signing out revokes**: `POST /logout` (or [`Dashboard::revoke_sessions`])
+//! invalidates every session issued so far, in every browser.
 //!
 //! Everything shown from the database (payloads, ids, errors: they arrive
 //! in webhook bodies) goes through `maud` templates, which escape every
@@ -54,11 +65,13 @@
 )]
 
 mod auth;
+mod form_body;
 mod html;
 mod links;
 mod login;
 mod pages;
 mod retry;
+mod startup;
 mod viewer;
 
 use std::fmt;
@@ -73,7 +86,9 @@ use crate::engine::Engine;
 use crate::store::StoreError;
 pub(crate) use auth::guard_metrics;
 use auth::Auth;
+pub use auth::{FailureLimits, DEFAULT_GLOBAL, DEFAULT_PER_CLIENT, DEFAULT_WINDOW, MAX_CLIENTS};
 use html::Page;
+pub use startup::{StartupWarning, MIN_TOKEN_BYTES};
 use viewer::Viewer;
 
 /// The largest form the retry button or the login form may post.
@@ -85,6 +100,8 @@ const FORM_LIMIT: usize = 16 * 1024;
 pub struct Dashboard {
     engine: Engine,
     auth: Option<Arc<Auth>>,
+    token_bytes: Option<usize>,
+    failure_limits: FailureLimits,
     metrics_public: bool,
     actor: String,
 }
@@ -103,6 +120,8 @@ impl Dashboard {
         Self {
             engine,
             auth: None,
+            token_bytes: None,
+            failure_limits: FailureLimits::default(),
             metrics_public: false,
             actor: "dashboard".to_owned(),
         }
@@ -110,8 +129,11 @@ impl Dashboard {
 
     /// The token that every page, every action and (in
     /// [`ops::router`](crate::ops::router)) `/metrics` need. Use a long
-    /// random secret; it is compared in constant time. Browser sessions
-    /// signed in with it are signed with a key drawn now, at random.
+    /// random secret, at least [`MIN_TOKEN_BYTES`] long (a shorter one is a
+    /// [start-up warning](Self::startup_warnings)); it is compared in
+    /// constant time, and wrong guesses are throttled
+    /// ([`failure_limits`](Self::failure_limits)). Browser sessions signed
+    /// in with it are signed with a key drawn now, at random.
     ///
     /// # Panics
     ///
@@ -123,8 +145,50 @@ impl Dashboard {
         if secret.is_empty() {
             panic!("the dashboard token must not be empty");
         }
-        self.auth = Some(Arc::new(Auth::new(secret)));
+        self.auth = Some(Arc::new(Auth::new(secret, self.failure_limits)));
+        self.token_bytes = Some(secret.len());
         self
+    }
+
+    /// How many wrong tokens are tolerated, per client address and from
+    /// everyone, before token checks are answered 429 (default
+    /// [`FailureLimits::default`]: [`DEFAULT_PER_CLIENT`] and
+    /// [`DEFAULT_GLOBAL`] per [`DEFAULT_WINDOW`]).
+    pub fn failure_limits(mut self, limits: FailureLimits) -> Self {
+        self.failure_limits = limits;
+        self.auth = self.auth.map(|auth| Arc::new(auth.with_limits(limits)));
+        self
+    }
+
+    /// What in this configuration deserves an operator's attention: a token
+    /// shorter than [`MIN_TOKEN_BYTES`]. [`Dashboard::router`] logs each as
+    /// a warning (never the token).
+    ///
+    /// ```
+    /// # use tickmark::dashboard::{Dashboard, StartupWarning};
+    /// # use tickmark::{Engine, Handlers};
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// # let dir = tempfile::tempdir()?;
+    /// # let url = format!("sqlite://{}", dir.path().join("warn.db").display());
+    /// # let engine = Engine::new(tickmark::connect(&url).await?, Handlers::new())?;
+    /// let dashboard = Dashboard::new(engine).token("hunter2");
+    /// assert_eq!(dashboard.startup_warnings(), [StartupWarning::ShortToken { bytes: 7 }]);
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn startup_warnings(&self) -> Vec<StartupWarning> {
+        startup::warnings(self.token_bytes)
+    }
+
+    /// Sign every browser out: every session issued so far (by this
+    /// dashboard, its clones and the routers built from them) is refused
+    /// from now on, as after `POST /logout`. Nothing happens without a
+    /// token. Bearer tokens are unaffected: change the token for that.
+    pub fn revoke_sessions(&self) {
+        if let Some(auth) = &self.auth {
+            auth.revoke_sessions();
+        }
     }
 
     /// Serve `/metrics` without the token (default: it needs it, like the
@@ -151,8 +215,17 @@ impl Dashboard {
 
     /// The router. Serve it with `axum::serve`, nest it under a prefix (its
     /// links and its session cookie follow), or merge it with
-    /// [`ops::router`](crate::ops::router).
+    /// [`ops::router`](crate::ops::router). Logs the
+    /// [start-up warnings](Self::startup_warnings).
+    ///
+    /// Wrong tokens are counted per client address when the server puts
+    /// `axum::extract::ConnectInfo<SocketAddr>` in the request's extensions
+    /// (`router.into_make_service_with_connect_info::<SocketAddr>()`);
+    /// otherwise only the global budget applies.
     pub fn router(&self) -> Router {
+        for warning in self.startup_warnings() {
+            tracing::warn!("{warning}");
+        }
         let shared = Arc::new(Shared {
             engine: self.engine.clone(),
             auth: self.auth.clone(),
@@ -180,6 +253,7 @@ impl fmt::Debug for Dashboard {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Dashboard")
             .field("auth", &self.auth)
+            .field("failure_limits", &self.failure_limits)
             .field("metrics_public", &self.metrics_public)
             .field("actor", &self.actor)
             .finish_non_exhaustive()

@@ -7,6 +7,11 @@
 //! token is missing or wrong) and changes nothing. A re-queued event redirects
 //! (303) to its page, where the audit trail shows the retry; a refused one
 //! shows the event page with the store's reason.
+//!
+//! A wrong token (form field or bearer header) counts against the client's
+//! address in the throttle; over budget, the request is answered 429 and its
+//! token is not checked. A form whose body cannot be read is answered 408
+//! or 400 and counts nothing.
 
 use std::sync::Arc;
 
@@ -16,7 +21,10 @@ use axum::extract::{Path, State};
 use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 
-use super::auth::{no_token_configured, unauthorized, Access, Refusal};
+use super::auth::{
+    no_token_configured, too_many_wrong_tokens, unauthorized, Access, Client, Peer, Refusal,
+};
+use super::form_body;
 use super::html::Page;
 use super::links::Base;
 use super::pages::event::{no_such_event, render, Notice};
@@ -55,23 +63,16 @@ pub(crate) async fn retry(
     State(shared): State<Arc<Shared>>,
     base: Base,
     seq: Result<Path<i64>, PathRejection>,
+    Peer(client): Peer,
     headers: HeaderMap,
     body: Result<Bytes, BytesRejection>,
 ) -> Response {
     let body = match body {
         Ok(body) => body,
-        Err(rejection) => {
-            return Page::message(
-                &viewer(&base),
-                rejection.status(),
-                "Bad form",
-                "The form could not be read (too large, or cut off).",
-            )
-            .into_response()
-        }
+        Err(rejection) => return form_body::unreadable(&base, &rejection),
     };
     let form = RetryForm::parse(&body);
-    let viewer = match authorize(&shared, base, &headers, &form) {
+    let viewer = match authorize(&shared, base, client, &headers, &form) {
         Ok(viewer) => viewer,
         Err(refusal) => return *refusal,
     };
@@ -120,21 +121,21 @@ pub(crate) async fn retry(
 
 /// Who is acting, when the request may act: the bearer token, the form's
 /// `token`, or a session with its CSRF token. Otherwise the refusal (401,
-/// or 403 for a session without its CSRF token), before anything is read.
+/// or 403 for a session without its CSRF token, or 429 after too many wrong
+/// tokens from `client`), before anything is read.
 fn authorize(
     shared: &Shared,
     base: Base,
+    client: Option<Client>,
     headers: &HeaderMap,
     form: &RetryForm,
 ) -> Result<Viewer, Box<Response>> {
     let Some(auth) = &shared.auth else {
         return Err(Box::new(no_token_configured(&base, "Retry is off")));
     };
-    match auth.authorize_action(headers, &form.token, &form.csrf) {
-        Ok(()) => Ok(Viewer {
-            base,
-            access: auth.access(headers).unwrap_or(Access::Anonymous),
-        }),
+    match auth.authorize_action(headers, client, &form.token, &form.csrf) {
+        Ok(access) => Ok(Viewer { base, access }),
+        Err(Refusal::Locked(locked)) => Err(Box::new(too_many_wrong_tokens(&base, locked))),
         Err(Refusal::NoCredentials) => {
             tracing::warn!("dashboard: retry refused, missing or wrong token");
             Err(Box::new(unauthorized(

@@ -1,10 +1,16 @@
 //! Browser sessions without a session table.
 //!
 //! Signing in through the login form sets one cookie whose value is an
-//! expiry time and an HMAC-SHA256 of it under a key drawn from the operating
-//! system's random source when the token was configured. Checking a cookie
-//! is recomputing the HMAC and comparing in constant time (`subtle`): no
-//! server-side state, nothing to clean up. The key lives only in this
+//! expiry time and an HMAC-SHA256 of it and of the current *generation*
+//! under a key drawn from the operating system's random source when the
+//! token was configured. Checking a cookie is recomputing the HMAC and
+//! comparing in constant time (`subtle`): no session table, nothing to clean
+//! up. The generation is one counter in memory: signing out
+//! ([`Sessions::revoke_all`]) moves it on, which invalidates every session
+//! issued before, in every browser: a stolen cookie replayed after its
+//! owner signed out is refused. (Revoking one session alone would need a
+//! table of revoked sessions; for an operator dashboard signing everyone out
+//! is acceptable, and they sign in again.) The key lives only in this
 //! process's memory, so a restart signs every browser out, and processes do
 //! not accept each other's cookies (route the dashboard to one process, or
 //! use the bearer token).
@@ -27,6 +33,7 @@
 //! bring the `time` crate along.
 
 use std::fmt;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use axum::http::{header, HeaderMap, HeaderValue};
@@ -41,10 +48,11 @@ pub const COOKIE: &str = "tickmark_session";
 /// How long a session lasts after signing in.
 pub const LIFETIME: Duration = Duration::from_secs(12 * 3600);
 
-/// The per-process key that signs sessions and CSRF tokens.
-#[derive(Clone)]
+/// The per-process key that signs sessions and CSRF tokens, and the
+/// generation of the sessions it accepts.
 pub struct Sessions {
     key: [u8; 32],
+    generation: AtomicU64,
 }
 
 impl Sessions {
@@ -52,17 +60,34 @@ impl Sessions {
     pub fn new() -> Self {
         let mut key = [0; 32];
         rand::rngs::OsRng.fill_bytes(&mut key);
-        Self { key }
+        Self {
+            key,
+            generation: AtomicU64::new(0),
+        }
     }
 
     /// A new session's cookie value, valid for [`LIFETIME`] from `now`
-    /// (seconds since the Unix epoch): `<expiry>.<hex HMAC>`.
+    /// (seconds since the Unix epoch) or until [`revoke_all`](Self::revoke_all):
+    /// `<expiry>.<hex HMAC>`. The generation is in the HMAC, not in the
+    /// cookie.
     pub fn issue(&self, now: u64) -> String {
         let expiry = now.saturating_add(LIFETIME.as_secs());
         format!(
             "{expiry}.{}",
-            hex::encode(self.tag("session", &expiry.to_string()))
+            hex::encode(self.session_tag(&expiry.to_string()))
         )
+    }
+
+    /// Invalidate every session issued so far (signing out signs every
+    /// browser out).
+    pub fn revoke_all(&self) {
+        self.generation.fetch_add(1, Ordering::SeqCst);
+    }
+
+    /// The tag of a session expiring at `expiry` in the current generation.
+    fn session_tag(&self, expiry: &str) -> [u8; 32] {
+        let generation = self.generation.load(Ordering::SeqCst);
+        self.tag("session", &format!("{expiry}/{generation}"))
     }
 
     /// Whether `value` is a cookie this key issued that has not expired.
@@ -73,7 +98,7 @@ impl Sessions {
         let (Ok(expiry_at), Ok(tag)) = (expiry.parse::<u64>(), hex::decode(tag)) else {
             return false;
         };
-        let expected = self.tag("session", expiry);
+        let expected = self.session_tag(expiry);
         bool::from(expected.as_slice().ct_eq(&tag)) && now < expiry_at
     }
 
@@ -166,6 +191,20 @@ mod tests {
         assert!(sessions.is_valid(&cookie, NOW));
         assert!(sessions.is_valid(&cookie, NOW + LIFETIME.as_secs() - 1));
         assert!(!sessions.is_valid(&cookie, NOW + LIFETIME.as_secs()));
+    }
+
+    #[test]
+    fn revoking_invalidates_every_session_issued_before() {
+        let sessions = Sessions::new();
+        let one = sessions.issue(NOW);
+        let two = sessions.issue(NOW + 5);
+        sessions.revoke_all();
+        assert!(!sessions.is_valid(&one, NOW + 10));
+        assert!(!sessions.is_valid(&two, NOW + 10));
+        let three = sessions.issue(NOW + 10);
+        assert!(sessions.is_valid(&three, NOW + 10));
+        sessions.revoke_all();
+        assert!(!sessions.is_valid(&three, NOW + 10));
     }
 
     #[test]

@@ -33,11 +33,6 @@ impl Token {
         // though the builder never accepts an empty secret anyway.
         !candidate.is_empty() && bool::from(self.digest.ct_eq(&digest))
     }
-
-    /// Whether the request's `Authorization: Bearer …` header holds the secret.
-    pub fn matches_bearer(&self, headers: &HeaderMap) -> bool {
-        bearer(headers).is_some_and(|candidate| self.matches(candidate))
-    }
 }
 
 impl fmt::Debug for Token {
@@ -47,8 +42,10 @@ impl fmt::Debug for Token {
 }
 
 /// The credentials of an `Authorization: Bearer <credentials>` header (the
-/// scheme is case-insensitive, as RFC 9110 says).
-fn bearer(headers: &HeaderMap) -> Option<&str> {
+/// scheme is case-insensitive, as RFC 9110 says): what a request presents
+/// as the token, right or wrong. `None` without one (no header, another
+/// scheme, no credentials).
+pub fn bearer(headers: &HeaderMap) -> Option<&str> {
     let value = headers.get(header::AUTHORIZATION)?.to_str().ok()?;
     let (scheme, credentials) = value.trim().split_once(' ')?;
     scheme
@@ -60,6 +57,12 @@ fn bearer(headers: &HeaderMap) -> Option<&str> {
 mod tests {
     use super::*;
     use axum::http::HeaderValue;
+
+    impl Token {
+        fn matches_bearer(&self, headers: &HeaderMap) -> bool {
+            bearer(headers).is_some_and(|candidate| self.matches(candidate))
+        }
+    }
 
     fn with_authorization(value: &str) -> HeaderMap {
         let mut headers = HeaderMap::new();
