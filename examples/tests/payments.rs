@@ -358,7 +358,10 @@ async fn the_dashboard_port_closes_a_slowloris() {
         Ok::<_, std::io::Error>(())
     });
     let reply = HttpClient::new()
-        .send(app.addr, &stripe(&invoice_paid("evt_slowloris", "cus_s", 1)))
+        .send(
+            app.addr,
+            &stripe(&invoice_paid("evt_slowloris", "cus_s", 1)),
+        )
         .await
         .unwrap();
     assert_eq!(reply.json()["status"], "new");

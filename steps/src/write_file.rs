@@ -519,7 +519,9 @@ mod tests {
             extension: ext.map(str::to_owned),
         };
         assert_eq!(
-            step(Some("a/b-c"), Some("json")).target("shop", "e").unwrap(),
+            step(Some("a/b-c"), Some("json"))
+                .target("shop", "e")
+                .unwrap(),
             (PathBuf::from("a/b-c/shop"), "e.json".to_owned())
         );
         assert_eq!(
@@ -535,13 +537,19 @@ mod tests {
             "", "..", "a/../b", "/abs", "a//b", ".git", "a/", "a b", "a\\b",
         ] {
             assert!(
-                step(Some(bad), None).target("s", "e").unwrap_err().is_terminal(),
+                step(Some(bad), None)
+                    .target("s", "e")
+                    .unwrap_err()
+                    .is_terminal(),
                 "{bad:?}"
             );
         }
         for bad in ["", ".", "j/s", "tar.gz", "x".repeat(17).as_str()] {
             assert!(
-                step(None, Some(bad)).target("s", "e").unwrap_err().is_terminal(),
+                step(None, Some(bad))
+                    .target("s", "e")
+                    .unwrap_err()
+                    .is_terminal(),
                 "{bad:?}"
             );
         }

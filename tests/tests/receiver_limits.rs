@@ -688,7 +688,10 @@ async fn the_ops_port_closes_a_slowloris_and_a_slow_login(backend: Backend) {
         .copied()
         .collect();
     trickle(writer, header_lines, Duration::from_millis(250));
-    assert_eq!(deliver(served.addr, "evt_during_slowloris").await.status, 200);
+    assert_eq!(
+        deliver(served.addr, "evt_during_slowloris").await.status,
+        200
+    );
     let received = read_half_until_closed(&mut slowloris).await;
     assert!(
         !String::from_utf8_lossy(&received).starts_with("HTTP/1.1 200"),
@@ -705,11 +708,18 @@ async fn the_ops_port_closes_a_slowloris_and_a_slow_login(backend: Backend) {
         .await
         .unwrap();
     trickle(writer, b"token=".repeat(11), Duration::from_secs(1));
-    assert_eq!(deliver(served.addr, "evt_during_slow_login").await.status, 200);
+    assert_eq!(
+        deliver(served.addr, "evt_during_slow_login").await.status,
+        200
+    );
     let answer = parse_answer(&read_half_until_closed(&mut login).await);
     assert_eq!(answer.status, 408, "{answer:?}");
 
-    assert_eq!(served.rows().await, 2, "the receiver recorded both deliveries");
+    assert_eq!(
+        served.rows().await,
+        2,
+        "the receiver recorded both deliveries"
+    );
     served.shutdown().await;
 }
 
@@ -751,7 +761,10 @@ async fn one_address_cannot_hold_every_connection(backend: Backend) {
         .write_all(b"GET /healthz HTTP/1.1\r\nhost: x\r\nconnection: close\r\n\r\n")
         .await
         .unwrap();
-    assert_eq!(parse_answer(&read_until_closed(&mut other).await).status, 200);
+    assert_eq!(
+        parse_answer(&read_until_closed(&mut other).await).status,
+        200
+    );
 
     drop(held.pop());
     tickmark_tests::wait::until("the freed place", PATIENCE, || async {
@@ -780,7 +793,8 @@ fn memory_kib(field: &str) -> u64 {
 /// Reset the peak (`VmHWM`) to the current resident size (Linux 4.0+), so
 /// that the next reading is the peak of what follows.
 fn reset_peak() {
-    std::fs::write("/proc/self/clear_refs", "5").expect("reset VmHWM through /proc/self/clear_refs");
+    std::fs::write("/proc/self/clear_refs", "5")
+        .expect("reset VmHWM through /proc/self/clear_refs");
 }
 
 /// A forged Twilio form post: `body` under a well-formed signature that is
@@ -839,7 +853,10 @@ async fn a_forged_twilio_flood_costs_about_its_bytes() {
         .write_all(&request_bytes(&warm.header("connection", "close"), false))
         .await
         .unwrap();
-    assert_eq!(parse_answer(&read_until_closed(&mut stream).await).status, 200);
+    assert_eq!(
+        parse_answer(&read_until_closed(&mut stream).await).status,
+        200
+    );
 
     reset_peak();
     let before = memory_kib("VmRSS");
@@ -850,7 +867,11 @@ async fn a_forged_twilio_flood_costs_about_its_bytes() {
     let before = memory_kib("VmRSS");
     let sends: Vec<_> = (0..256)
         .map(|i| {
-            let body = if i % 2 == 0 { flood.clone() } else { escapes.clone() };
+            let body = if i % 2 == 0 {
+                flood.clone()
+            } else {
+                escapes.clone()
+            };
             tokio::spawn(forged_twilio(served.addr, body))
         })
         .collect();
@@ -870,7 +891,10 @@ async fn a_forged_twilio_flood_costs_about_its_bytes() {
         burst_growth as f64 / MIB as f64 / 256.0,
     );
 
-    assert_eq!((alone.status, alone.json["error"].as_str()), (413, Some("too_many_form_fields")));
+    assert_eq!(
+        (alone.status, alone.json["error"].as_str()),
+        (413, Some("too_many_form_fields"))
+    );
     assert_eq!(
         statuses.into_iter().collect::<Vec<_>>(),
         [
@@ -887,7 +911,11 @@ async fn a_forged_twilio_flood_costs_about_its_bytes() {
         "256 forged forms raised the peak RSS by {burst_growth} KiB"
     );
     assert_eq!(deliver(served.addr, "evt_after").await.status, 200);
-    assert_eq!(served.rows().await, 3, "the warm-ups and the last delivery, nothing else");
+    assert_eq!(
+        served.rows().await,
+        3,
+        "the warm-ups and the last delivery, nothing else"
+    );
     served.shutdown().await;
 }
 

@@ -299,12 +299,24 @@ async fn a_captured_body_under_other_kinds_is_one_event(
     let first = h.send(&captured).await;
     assert_answer(&first, 200, "new", None);
     let first_kind = first.json()["kind"].as_str().unwrap().to_owned();
-    for (n, kind) in ["Orders/create", "x1", "x2", "orders/paid"].iter().enumerate() {
-        let forged = set_header(captured.clone(), source.id_header(), &format!("wh_forged_{n}"));
+    for (n, kind) in ["Orders/create", "x1", "x2", "orders/paid"]
+        .iter()
+        .enumerate()
+    {
+        let forged = set_header(
+            captured.clone(),
+            source.id_header(),
+            &format!("wh_forged_{n}"),
+        );
         let forged = set_header(forged, kind_header, kind);
         let reply = h.send(&forged).await;
         assert_answer(&reply, 200, "duplicate", None);
-        assert_eq!(reply.json()["matched"], "replay_key", "{kind}: {}", reply.json());
+        assert_eq!(
+            reply.json()["matched"],
+            "replay_key",
+            "{kind}: {}",
+            reply.json()
+        );
     }
     // The provider's own redelivery under another kind: a plain duplicate.
     let renamed = set_header(captured.clone(), kind_header, "x3");

@@ -379,7 +379,9 @@ async fn write_file_rerun_overwrites_and_leaves_no_temporary_files(db: TestDb) {
         "nothing but orders/ at the top"
     );
     assert_eq!(
-        std::fs::read_dir(out.path().join("orders")).unwrap().count(),
+        std::fs::read_dir(out.path().join("orders"))
+            .unwrap()
+            .count(),
         1,
         "nothing but orders/shop/ under it"
     );
@@ -473,7 +475,8 @@ async fn write_file_taken_over_mid_step_is_rewritten_in_place(db: TestDb) {
 /// id write two files, each its own content, neither over the other.
 async fn write_file_keeps_two_sources_with_one_id_apart(db: TestDb) {
     let out = tempfile::tempdir().unwrap();
-    let write = || Handler::new().step(WriteFile::new(ValueFrom::template("{source} {event_id}\n")));
+    let write =
+        || Handler::new().step(WriteFile::new(ValueFrom::template("{source} {event_id}\n")));
     let engine = engine(
         &db,
         Handlers::new()

@@ -75,7 +75,6 @@ use std::sync::Arc;
 
 use axum::Router;
 
-pub use body_limit::DEFAULT_BODY_LIMIT;
 /// The limits live with the accept loop every listener shares
 /// ([`crate::serve`]); they are the receiver's too.
 pub use crate::serve::{
@@ -83,6 +82,7 @@ pub use crate::serve::{
     DEFAULT_MAX_CONNECTIONS, DEFAULT_MAX_CONNECTIONS_PER_ADDRESS, DEFAULT_MAX_IN_FLIGHT,
     OVERLOAD_RETRY_AFTER,
 };
+pub use body_limit::DEFAULT_BODY_LIMIT;
 pub use providers::Provider;
 pub use public_url::{PublicBaseUrl, PublicUrlError};
 pub use response::{Answer, DedupMatch, ReceiverRejection};

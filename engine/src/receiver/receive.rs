@@ -13,13 +13,13 @@ use axum::http::{header, HeaderMap, HeaderValue};
 use axum::response::{IntoResponse, Response};
 
 use super::body_limit::{declared_too_large, discard, read_limited};
-use crate::serve::OVERLOAD_RETRY_AFTER;
 use super::providers::{Delivery, Provider, Verdict, VerifiedEvent};
 use super::public_url::public_url;
 use super::response::{Answer, DedupMatch, ReceiverRejection};
 use super::Shared;
 use crate::event::NewEvent;
 use crate::inbox::Accepted;
+use crate::serve::OVERLOAD_RETRY_AFTER;
 use crate::store::StoreError;
 
 /// What `Retry-After` says when the store is unavailable.

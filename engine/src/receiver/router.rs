@@ -20,10 +20,10 @@ use tower_http::timeout::RequestBodyDeadlineLayer;
 use tracing::field::Empty;
 use tracing::Instrument;
 
-use crate::serve::OVERLOAD_RETRY_AFTER;
 use super::receive::receive;
 use super::response::ReceiverRejection;
 use super::Shared;
+use crate::serve::OVERLOAD_RETRY_AFTER;
 
 /// The receiver's routes over `shared`.
 pub(crate) fn routes(shared: Arc<Shared>) -> Router {

@@ -101,16 +101,15 @@ pub(crate) async fn serve(
         };
         // Answers are small and written at once: do not hold them back.
         let _ = stream.set_nodelay(true);
-        let service = router
-            .clone()
-            .map_request(move |mut request: http::Request<hyper::body::Incoming>| {
-                request.extensions_mut().insert(ConnectInfo(peer));
-                request
-            });
-        let connection = builder.serve_connection(
-            TokioIo::new(stream),
-            TowerToHyperService::new(service),
-        );
+        let service =
+            router
+                .clone()
+                .map_request(move |mut request: http::Request<hyper::body::Incoming>| {
+                    request.extensions_mut().insert(ConnectInfo(peer));
+                    request
+                });
+        let connection =
+            builder.serve_connection(TokioIo::new(stream), TowerToHyperService::new(service));
         let connection = graceful.watch(connection);
         tokio::spawn(async move {
             if let Err(error) = connection.await {

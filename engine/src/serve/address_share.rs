@@ -113,7 +113,11 @@ mod tests {
         drop(first);
         assert!(shares.try_take(ip("192.0.2.1")).is_some());
         drop(other);
-        assert_eq!(shares.clients(), 1, "a client leaves with its last connection");
+        assert_eq!(
+            shares.clients(),
+            1,
+            "a client leaves with its last connection"
+        );
     }
 
     #[test]

@@ -149,7 +149,10 @@ mod tests {
         }
         .sanitised();
         assert_eq!((zero.max_connections, zero.max_in_flight), (1, 1));
-        assert_eq!((zero.max_connections_per_address, zero.accept_backlog), (1, 1));
+        assert_eq!(
+            (zero.max_connections_per_address, zero.accept_backlog),
+            (1, 1)
+        );
         assert!(zero.header_read_timeout > Duration::ZERO);
         assert!(zero.body_read_timeout > Duration::ZERO);
         assert_eq!(Limits::default().sanitised(), Limits::default());

@@ -74,12 +74,16 @@ pub(crate) fn check_form_fields(body: &[u8]) -> Result<(), Rejection> {
     Ok(())
 }
 
+/// A form field's name and value, borrowed from the body where nothing
+/// needed decoding.
+pub(crate) type FormField<'body> = (Cow<'body, str>, Cow<'body, str>);
+
 /// Form fields decoded leniently (invalid UTF-8 becomes U+FFFD), as most web
 /// frameworks and Twilio's helper libraries see them: `form_urlencoded`'s
 /// own parser (the WHATWG `application/x-www-form-urlencoded` parser). A
 /// field with nothing to decode borrows from the body. At most
 /// [`MAX_FORM_FIELDS`] fields.
-pub(crate) fn decode_form_lossy(body: &[u8]) -> Result<Vec<(Cow<'_, str>, Cow<'_, str>)>, Rejection> {
+pub(crate) fn decode_form_lossy(body: &[u8]) -> Result<Vec<FormField<'_>>, Rejection> {
     check_form_fields(body)?;
     Ok(form_urlencoded::parse(body).collect())
 }
@@ -169,7 +173,10 @@ mod tests {
     fn forms_with_too_many_fields_are_refused_before_decoding() {
         let most = "a=1&".repeat(MAX_FORM_FIELDS);
         assert_eq!(decode_form(most.as_bytes()).unwrap().len(), MAX_FORM_FIELDS);
-        assert_eq!(decode_form_lossy(most.as_bytes()).unwrap().len(), MAX_FORM_FIELDS);
+        assert_eq!(
+            decode_form_lossy(most.as_bytes()).unwrap().len(),
+            MAX_FORM_FIELDS
+        );
         // Empty pieces are not fields, as form_urlencoded skips them.
         let padded = format!("{most}&&&&");
         assert!(check_form_fields(padded.as_bytes()).is_ok());

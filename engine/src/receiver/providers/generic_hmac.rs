@@ -431,14 +431,22 @@ mod tests {
         let key = |id: &str, kind: &str| {
             event(go(
                 &p,
-                &[("X-Signature", &s), ("X-Event-Id", id), ("X-Event-Type", kind)],
+                &[
+                    ("X-Signature", &s),
+                    ("X-Event-Id", id),
+                    ("X-Event-Type", kind),
+                ],
                 BODY.as_bytes(),
             ))
             .replay_key
         };
         let first = key("e-1", "order.created");
         assert!(first.is_some());
-        for (id, kind) in [("e-2", "order.created"), ("e-3", "x1"), ("e-4", "Order.Created")] {
+        for (id, kind) in [
+            ("e-2", "order.created"),
+            ("e-3", "x1"),
+            ("e-4", "Order.Created"),
+        ] {
             assert_eq!(key(id, kind), first, "{id} {kind}");
         }
         // With the id in the signed body there is no replay key at all.

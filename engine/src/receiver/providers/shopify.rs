@@ -182,7 +182,11 @@ mod tests {
         };
         let first = key(ID, "orders/create");
         assert!(first.is_some());
-        for (id, topic) in [("wh-2", "Orders/create"), ("wh-3", "x1"), ("wh-4", "orders/paid")] {
+        for (id, topic) in [
+            ("wh-2", "Orders/create"),
+            ("wh-3", "x1"),
+            ("wh-4", "orders/paid"),
+        ] {
             assert_eq!(key(id, topic), first, "{id} {topic}");
         }
         let other = r#"{"id":2}"#;

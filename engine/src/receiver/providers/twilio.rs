@@ -565,7 +565,11 @@ mod tests {
     fn a_form_of_too_many_fields_is_413_before_the_signature() {
         let flood = "a&".repeat(crate::receiver::providers::MAX_FORM_FIELDS + 1);
         let wrong = b64(&hmac1(TOKEN.as_bytes(), b"not this"));
-        assert_rejected(post(&wrong, flood.as_bytes(), URL), "too_many_form_fields", 413);
+        assert_rejected(
+            post(&wrong, flood.as_bytes(), URL),
+            "too_many_form_fields",
+            413,
+        );
         let params: Vec<(String, String)> = (0..crate::receiver::providers::MAX_FORM_FIELDS)
             .map(|i| (format!("F{i:04}"), "v".to_owned()))
             .collect();
