@@ -10,7 +10,8 @@
 //! and `--no-ssl`. Its configuration and state files go to the temp dir too
 //! (`XDG_CONFIG_HOME`, `XDG_DATA_HOME`, `XDG_RUNTIME_DIR`); only the Unix
 //! sockets are in PostgreSQL's default directory (`/var/run/postgresql`,
-//! one per port). Never the machine's shared server.
+//! one per port, removed with the formation, even after a SIGKILL). Never
+//! the machine's shared server.
 //!
 //! - `pg_autoctl create monitor`, then the monitor's health-check settings
 //!   shortened ([`MONITOR_SETTINGS`], in the monitor's own
@@ -188,7 +189,7 @@ impl Formation {
     }
 
     /// Create and run the monitor and both data nodes, and wait until
-    /// `node1` is the primary and `node2` its synchronous secondary.
+    /// `node1` (index 0) is the primary and `node2` its secondary.
     pub async fn start() -> io::Result<Formation> {
         if let Some(missing) = missing() {
             return Err(io::Error::new(io::ErrorKind::NotFound, missing));
@@ -247,6 +248,13 @@ impl Formation {
         formation
             .wait_until_primary_and_secondary(SETUP_WITHIN)
             .await?;
+        let primary = formation.primary().await?;
+        if primary != 0 {
+            return Err(formation.error(&format!(
+                "node{} became the primary, not node1",
+                primary + 1
+            )));
+        }
         formation.url = formation.formation_uri().await?;
         Ok(formation)
     }
@@ -537,9 +545,9 @@ impl Formation {
                 targets.push(format!("-{pid}"));
             }
         }
-        if let Some(postmaster) = postmaster_pid(&node.pgdata) {
-            targets.push(postmaster.to_string());
-            targets.extend(children_of(postmaster).iter().map(u32::to_string));
+        let postmaster = Postmaster::of(&node.pgdata);
+        if let Some(postmaster) = &postmaster {
+            targets.extend(postmaster.kill_targets());
         }
         if targets.is_empty() {
             return Err(io::Error::other(format!(
@@ -574,6 +582,9 @@ impl Formation {
                 )));
             }
             tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        if let Some(postmaster) = &postmaster {
+            postmaster.remove_its_socket();
         }
         Ok(killed_at)
     }
@@ -754,13 +765,14 @@ impl Formation {
 impl Drop for Formation {
     fn drop(&mut self) {
         let mut targets: Vec<String> = Vec::new();
+        let mut postmasters = Vec::new();
         for service in std::iter::once(&self.monitor).chain(&self.nodes) {
             if let Some(pid) = service.process.as_ref().and_then(Child::id) {
                 targets.push(format!("-{pid}"));
             }
-            if let Some(postmaster) = postmaster_pid(&service.pgdata) {
-                targets.push(postmaster.to_string());
-                targets.extend(children_of(postmaster).iter().map(u32::to_string));
+            if let Some(postmaster) = Postmaster::of(&service.pgdata) {
+                targets.extend(postmaster.kill_targets());
+                postmasters.push(postmaster);
             }
         }
         if !targets.is_empty() {
@@ -771,6 +783,9 @@ impl Drop for Formation {
                 .stdout(Stdio::null())
                 .stderr(Stdio::null())
                 .status();
+        }
+        for postmaster in &postmasters {
+            postmaster.remove_its_socket();
         }
         // The TempDir then removes the data directories.
     }
@@ -811,15 +826,59 @@ pub fn parse_formation_uri(uri: &str, ports: &[u16]) -> io::Result<String> {
     Ok(format!("postgres://{user}@{hosts}/{path}"))
 }
 
-/// The postmaster's pid, from the first line of `postmaster.pid`.
-fn postmaster_pid(pgdata: &Path) -> Option<u32> {
-    std::fs::read_to_string(pgdata.join("postmaster.pid"))
-        .ok()?
-        .lines()
-        .next()?
-        .trim()
-        .parse()
-        .ok()
+/// A running postmaster, from its `postmaster.pid`.
+struct Postmaster {
+    pid: u32,
+    pgdata: PathBuf,
+    port: u16,
+    /// Where its Unix socket and the socket's lock file are.
+    socket_dir: Option<PathBuf>,
+}
+
+impl Postmaster {
+    /// Read `pgdata/postmaster.pid`: pid, data dir, start time, port,
+    /// socket directory, one a line.
+    fn of(pgdata: &Path) -> Option<Postmaster> {
+        let file = std::fs::read_to_string(pgdata.join("postmaster.pid")).ok()?;
+        let lines: Vec<&str> = file.lines().collect();
+        Some(Postmaster {
+            pid: lines.first()?.trim().parse().ok()?,
+            pgdata: PathBuf::from(lines.get(1)?.trim()),
+            port: lines.get(3)?.trim().parse().ok()?,
+            socket_dir: lines
+                .get(4)
+                .map(|dir| dir.trim())
+                .filter(|dir| !dir.is_empty())
+                .map(PathBuf::from),
+        })
+    }
+
+    /// The postmaster and its children, as arguments of `kill`.
+    fn kill_targets(&self) -> Vec<String> {
+        std::iter::once(self.pid)
+            .chain(children_of(self.pid))
+            .map(|pid| pid.to_string())
+            .collect()
+    }
+
+    /// A postmaster killed with SIGKILL leaves its socket and the socket's
+    /// lock file behind in the (shared) socket directory: remove them, if
+    /// the lock file still names this data directory.
+    fn remove_its_socket(&self) {
+        let Some(dir) = &self.socket_dir else {
+            return;
+        };
+        let socket = dir.join(format!(".s.PGSQL.{}", self.port));
+        let lock = dir.join(format!(".s.PGSQL.{}.lock", self.port));
+        let ours = std::fs::read_to_string(&lock)
+            .ok()
+            .and_then(|text| text.lines().nth(1).map(|line| Path::new(line.trim()) == self.pgdata))
+            .unwrap_or(false);
+        if ours {
+            let _ = std::fs::remove_file(&socket);
+            let _ = std::fs::remove_file(&lock);
+        }
+    }
 }
 
 /// The pids of `parent`'s children, from `/proc/<pid>/stat`.
