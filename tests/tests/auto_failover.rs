@@ -179,3 +179,64 @@ async fn pg_auto_failover_promotes_the_standby_and_the_receiver_follows_it_witho
         assert_eq!(probe.runs(id, "first").await, 1, "{id}");
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn chaos_auto_failover_loses_no_acknowledged_delivery_and_writes_nothing_to_the_old_primary()
+{
+    if let Some(missing) = tickmark_tests::pg_auto_failover::missing() {
+        // Recorded (or a failure under CI=true), with what to install.
+        tickmark_tests::skip::record(&tickmark_tests::skip::current_test(), &missing);
+        return;
+    }
+    let run = run_chaos(
+        &[
+            "--failover",
+            "auto",
+            "--events",
+            "300",
+            "--nodes",
+            "3",
+            "--duration",
+            "20",
+            // Drained in a fraction of a second when the nodes follow the
+            // new primary; bounded so that a broken switch fails within
+            // nextest's limit with the run's own report.
+            "--drain",
+            "30",
+        ],
+        Duration::from_secs(170),
+    )
+    .await;
+    let json = &run.json;
+    assert!(run.passed && json["ok"] == true, "{json}\n{}", run.output);
+    let failover = &json["failover"];
+    assert!(
+        failover["replication"]
+            .as_str()
+            .is_some_and(|r| r.starts_with("auto (pg_auto_failover; ANY 1 (")),
+        "a synchronous standby: {json}"
+    );
+    assert!(
+        failover["acked_before_kill"].as_u64().unwrap() > 0,
+        "deliveries were acknowledged before the kill: {json}"
+    );
+    assert_eq!(failover["acked_lost"], 0, "{json}");
+    assert!(
+        failover["kill_to_accepted_ms"].as_u64().is_some(),
+        "deliveries were accepted again after the kill: {json}"
+    );
+    let rejoin = &failover["rejoin"];
+    assert_eq!(rejoin["in_recovery"], true, "{json}");
+    assert_eq!(
+        rejoin["old_primary_timeline"], rejoin["new_primary_timeline"],
+        "{json}"
+    );
+    assert_eq!(rejoin["rows_match"], true, "{json}");
+    assert_eq!(rejoin["events_on_old_primary"], 300, "{json}");
+    assert!(json["answers_503"].as_u64().unwrap() > 0, "{json}");
+    assert_eq!(json["events_accepted"], 300, "{json}");
+    assert_eq!(json["events_done"], 300, "{json}");
+    assert_eq!(json["ledger_mismatches"], 0, "{json}");
+    assert_eq!(json["invoices"], 300, "{json}");
+    assert_eq!(json["receipt_keys"], 300, "{json}");
+}
