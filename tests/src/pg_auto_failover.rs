@@ -671,6 +671,20 @@ impl Formation {
         }
     }
 
+    /// What node `index`'s keeper did, from its log: its state machine's
+    /// transitions, rewinds and base backups, with their times.
+    pub fn transitions(&self, index: usize) -> String {
+        let log = std::fs::read_to_string(&self.nodes[index].log).unwrap_or_default();
+        log.lines()
+            .filter(|line| {
+                ["FSM transition", "pg_rewind", "pg_basebackup", "Transition complete", "ERROR"]
+                    .iter()
+                    .any(|word| line.contains(word))
+            })
+            .map(|line| format!("{line}\n"))
+            .collect()
+    }
+
     /// The last lines of every `pg_autoctl` log (for a failing test's
     /// message).
     pub fn logs(&self) -> String {

@@ -122,6 +122,12 @@ pub async fn fail_over(how: AutoFailover<'_>) -> Result<(usize, FailoverFigures)
         .await
         .map_err(|e| e.to_string())?;
     let rejoined = restarted_at.elapsed();
+    eprintln!(
+        "chaos: the old primary (node{}) rejoined as a standby {rejoined:?} after its keeper \
+         restarted; its keeper's log:\n{}",
+        old + 1,
+        formation.transitions(old)
+    );
     if let Some(extra) = extra {
         let _ = extra.await;
     }
