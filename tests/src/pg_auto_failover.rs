@@ -394,14 +394,7 @@ impl Formation {
     async fn formation_uri(&self) -> io::Result<String> {
         let monitor = path_str(&self.monitor.pgdata)?;
         let out = self
-            .autoctl(&[
-                "show",
-                "uri",
-                "--pgdata",
-                monitor,
-                "--formation",
-                "default",
-            ])
+            .autoctl(&["show", "uri", "--pgdata", monitor, "--formation", "default"])
             .await?;
         let ports: Vec<u16> = self.nodes.iter().map(|n| n.port).collect();
         parse_formation_uri(out.trim(), &ports)
@@ -528,9 +521,9 @@ impl Formation {
                 monitor,
             ])
             .await?;
-        out.trim().parse().map_err(|e| {
-            io::Error::other(format!("number-sync-standbys said {out:?}: {e}"))
-        })
+        out.trim()
+            .parse()
+            .map_err(|e| io::Error::other(format!("number-sync-standbys said {out:?}: {e}")))
     }
 
     /// Kill node `index` as a machine that dies would: SIGKILL its keeper's
@@ -649,9 +642,15 @@ impl Formation {
                 states
                     .iter()
                     .find(|s| (s.nodeport == port) == want_self)
-                    .map(|s| (s.current_group_state.as_str(), s.assigned_group_state.as_str()))
+                    .map(|s| {
+                        (
+                            s.current_group_state.as_str(),
+                            s.assigned_group_state.as_str(),
+                        )
+                    })
             };
-            of(true) == Some(("secondary", "secondary")) && of(false) == Some(("primary", "primary"))
+            of(true) == Some(("secondary", "secondary"))
+                && of(false) == Some(("primary", "primary"))
         })
         .await?;
         let mut conn = PgConnection::connect(&self.node_url(index))
@@ -677,9 +676,15 @@ impl Formation {
         let log = std::fs::read_to_string(&self.nodes[index].log).unwrap_or_default();
         log.lines()
             .filter(|line| {
-                ["FSM transition", "pg_rewind", "pg_basebackup", "Transition complete", "ERROR"]
-                    .iter()
-                    .any(|word| line.contains(word))
+                [
+                    "FSM transition",
+                    "pg_rewind",
+                    "pg_basebackup",
+                    "Transition complete",
+                    "ERROR",
+                ]
+                .iter()
+                .any(|word| line.contains(word))
             })
             .map(|line| format!("{line}\n"))
             .collect()
@@ -744,7 +749,12 @@ impl Formation {
 
     /// Run a `pg_autoctl` command to its end; its stdout.
     async fn autoctl(&self, args: &[&str]) -> io::Result<String> {
-        let output = self.command().args(args).kill_on_drop(true).output().await?;
+        let output = self
+            .command()
+            .args(args)
+            .kill_on_drop(true)
+            .output()
+            .await?;
         if output.status.success() {
             Ok(String::from_utf8_lossy(&output.stdout).into_owned())
         } else {
@@ -886,7 +896,11 @@ impl Postmaster {
         let lock = dir.join(format!(".s.PGSQL.{}.lock", self.port));
         let ours = std::fs::read_to_string(&lock)
             .ok()
-            .and_then(|text| text.lines().nth(1).map(|line| Path::new(line.trim()) == self.pgdata))
+            .and_then(|text| {
+                text.lines()
+                    .nth(1)
+                    .map(|line| Path::new(line.trim()) == self.pgdata)
+            })
             .unwrap_or(false);
         if ours {
             let _ = std::fs::remove_file(&socket);

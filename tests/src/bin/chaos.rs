@@ -574,7 +574,7 @@ async fn run(args: Args) -> Result<bool, String> {
         let formation = Formation::start()
             .await
             .map_err(|e| format!("cannot start a pg_auto_failover formation: {e}"))?;
-        ChaosDatabase::AutoFailover(formation)
+        ChaosDatabase::AutoFailover(Box::new(formation))
     } else if let Some(replication) = replication {
         let pair = ReplicaPair::start(replication)
             .await
@@ -605,7 +605,7 @@ async fn run(args: Args) -> Result<bool, String> {
             (Arc::new(Mutex::new(None)), None)
         }
         ChaosDatabase::AutoFailover(formed) => {
-            *formation.lock().await = Some(formed);
+            *formation.lock().await = Some(*formed);
             (Arc::new(Mutex::new(None)), None)
         }
         ChaosDatabase::Sqlite(dir) => (Arc::new(Mutex::new(None)), Some(dir)),
@@ -933,9 +933,7 @@ async fn run(args: Args) -> Result<bool, String> {
         drain_secs,
         total_secs: started.elapsed().as_secs_f64(),
         events_sent: plan.events.len() as u64,
-        deliveries: delivered.len() as u64
-            + get(&chaos.db_restarts)
-            + u64::from(failing_over),
+        deliveries: delivered.len() as u64 + get(&chaos.db_restarts) + u64::from(failing_over),
         attempts: SendTally::get(&tally.attempts),
         answered_new: SendTally::get(&tally.new),
         answered_duplicate: SendTally::get(&tally.duplicate),

@@ -180,8 +180,9 @@ pub enum ChaosDatabase {
     Postgres(PgCluster),
     /// A primary and its standby (`--failover sync|async`), removed on drop.
     Replicated(ReplicaPair),
-    /// A pg_auto_failover formation (`--failover auto`), removed on drop.
-    AutoFailover(Formation),
+    /// A pg_auto_failover formation (`--failover auto`), removed on drop
+    /// (boxed: it is much larger than the others).
+    AutoFailover(Box<Formation>),
     /// A SQLite file in this temp dir.
     Sqlite(tempfile::TempDir),
 }

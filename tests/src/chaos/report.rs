@@ -143,8 +143,12 @@ pub struct FailoverFigures {
 #[derive(Debug, Clone, Default, Serialize)]
 pub struct RejoinFigures {
     /// From the keeper's restart until the monitor had it as the secondary
-    /// (rewound, streaming) and it was in recovery, in ms.
-    pub rejoined_ms: u64,
+    /// (rewound, streaming) and it was in recovery, in ms; `None`: it did
+    /// not rejoin in time.
+    pub rejoined_ms: Option<u64>,
+    /// Why it did not rejoin.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub rejoin_error: Option<String>,
     /// After the drain: the old primary is in recovery.
     pub in_recovery: bool,
     /// The timeline the old primary receives WAL on (-1: not streaming).
@@ -290,14 +294,21 @@ impl Figures {
             if let Some(rejoin) = &failover.rejoin {
                 checks.push(check(
                     "the old primary rejoined as a standby of the new primary",
-                    rejoin.in_recovery
+                    rejoin.rejoined_ms.is_some()
+                        && rejoin.in_recovery
                         && rejoin.old_primary_timeline == rejoin.new_primary_timeline,
                     format!(
-                        "in {} ms; in recovery: {}, timeline {} (new primary: {})",
-                        rejoin.rejoined_ms,
+                        "in {}; in recovery: {}, timeline {} (new primary: {}){}",
+                        rejoin
+                            .rejoined_ms
+                            .map_or_else(|| "-".to_owned(), |v| format!("{v} ms")),
                         rejoin.in_recovery,
                         rejoin.old_primary_timeline,
-                        rejoin.new_primary_timeline
+                        rejoin.new_primary_timeline,
+                        rejoin
+                            .rejoin_error
+                            .as_ref()
+                            .map_or_else(String::new, |e| format!("; {e}"))
                     ),
                 ));
                 checks.push(check(
@@ -432,8 +443,8 @@ impl Figures {
                 rows.push((
                     "old primary rejoined (keeper restart -> standby)",
                     format!(
-                        "{} ms; {} events there, {} on the new primary; rows match: {}",
-                        rejoin.rejoined_ms,
+                        "{}; {} events there, {} on the new primary; rows match: {}",
+                        ms(rejoin.rejoined_ms),
                         rejoin.events_on_old_primary,
                         rejoin.events_on_new_primary,
                         rejoin.rows_match
