@@ -15,6 +15,7 @@ pub mod conformance;
 pub mod db;
 pub mod http_client;
 pub mod meeting;
+pub mod pg_auto_failover;
 pub mod pg_cluster;
 pub mod pg_replica;
 pub mod probe;

@@ -338,13 +338,13 @@ pub fn server_binaries() -> io::Result<PathBuf> {
     })
 }
 
-fn running_as_root() -> bool {
+pub(crate) fn running_as_root() -> bool {
     use std::os::unix::fs::MetadataExt;
     std::fs::metadata("/proc/self").is_ok_and(|meta| meta.uid() == 0)
 }
 
 /// The uid and gid of user `postgres`, from `/etc/passwd`.
-fn postgres_ids() -> io::Result<(u32, u32)> {
+pub(crate) fn postgres_ids() -> io::Result<(u32, u32)> {
     let passwd = std::fs::read_to_string("/etc/passwd")?;
     passwd
         .lines()
@@ -361,7 +361,7 @@ fn postgres_ids() -> io::Result<(u32, u32)> {
         .ok_or_else(|| io::Error::new(io::ErrorKind::NotFound, "no user `postgres`"))
 }
 
-fn free_port() -> io::Result<u16> {
+pub(crate) fn free_port() -> io::Result<u16> {
     Ok(TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
 }
 

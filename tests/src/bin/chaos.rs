@@ -5,6 +5,7 @@
 //! target/release/chaos [--events M] [--nodes N] [--duration S] \
 //!     [--backend postgres|sqlite] [--seed N] [--lease-ms N] [--render-ms N]
 //! target/release/chaos --failover sync|async [--promote-after-ms N] …
+//! target/release/chaos --failover auto …
 //! ```
 //!
 //! It starts its own database (a throwaway PostgreSQL cluster, or a SQLite
@@ -17,7 +18,13 @@
 //! the only fault is the failover: the primary is killed (`-m immediate`)
 //! while deliveries continue, and the standby promoted; it counts the
 //! acknowledged deliveries the promoted standby does not have, and the time
-//! until deliveries are accepted again (docs/failover.md).
+//! until deliveries are accepted again (docs/failover.md). With
+//! `--failover auto` the database is a pg_auto_failover formation (a
+//! monitor and two nodes) and nothing is promoted by hand: the primary's
+//! machine dies (keeper and PostgreSQL, SIGKILL), pg_auto_failover promotes
+//! the standby, and the old primary's keeper, started again, rejoins as a
+//! standby that must end with exactly the new primary's rows
+//! (docs/deploying.md).
 //! Then it lets the nodes drain, stops them with SIGTERM,
 //! prints the figures as a table and one JSON line, and exits 1 if a check
 //! failed (2 if the run itself could not be made). `docs/chaos.md` defines
@@ -32,6 +39,7 @@ use std::time::Duration;
 use clap::{Parser, ValueEnum};
 use rand::Rng;
 use tickmark_examples::payments;
+use tickmark_tests::chaos::auto_failover::{self, AutoFailover};
 use tickmark_tests::chaos::database::{ChaosDatabase, Judge};
 use tickmark_tests::chaos::nodes::{LogCounts, Node, NodeSpec};
 use tickmark_tests::chaos::orphans::{Cause, Orphans};
@@ -40,6 +48,7 @@ use tickmark_tests::chaos::provider::{Delivered, Provider, SendTally, Targets};
 use tickmark_tests::chaos::receipts::ReceiptService;
 use tickmark_tests::chaos::report::{FailoverFigures, Figures};
 use tickmark_tests::chaos::STRIPE_SECRET;
+use tickmark_tests::pg_auto_failover::Formation;
 use tickmark_tests::pg_cluster::{PgCluster, StopMode};
 use tickmark_tests::pg_replica::{ReplicaPair, Replication};
 use tokio::sync::{Mutex, Semaphore};
@@ -98,7 +107,9 @@ struct Args {
     /// Fail the database over instead of the usual chaos: a primary and a
     /// standby with synchronous or asynchronous replication; the primary is
     /// killed half-way through and the standby promoted (no node kills, no
-    /// zombie). Implies `--backend postgres`.
+    /// zombie). `auto`: a pg_auto_failover formation decides and carries
+    /// out the failover, and the old primary rejoins as a standby. Implies
+    /// `--backend postgres`.
     #[arg(long, value_enum)]
     failover: Option<ReplicationArg>,
     /// With `--failover`: how long after the kill the standby is promoted,
@@ -125,6 +136,9 @@ enum ReplicationArg {
     Sync,
     /// No synchronous standby.
     Async,
+    /// A pg_auto_failover formation (Debian's pg-auto-failover-cli and
+    /// postgresql-<major>-auto-failover): its monitor promotes the standby.
+    Auto,
 }
 
 #[tokio::main]
@@ -181,6 +195,8 @@ struct Chaos {
     db_down_ms: AtomicU64,
     /// What the failover cost (`--failover`).
     failover: std::sync::Mutex<Option<FailoverFigures>>,
+    /// With `--failover auto`: the formation's old primary, once it rejoined.
+    old_primary: std::sync::Mutex<Option<usize>>,
 }
 
 impl Chaos {
@@ -382,8 +398,8 @@ struct FailoverPlan<'a> {
     pair: &'a Mutex<Option<ReplicaPair>>,
     provider: &'a Provider,
     tally: &'a SendTally,
-    /// Events answered 2xx so far, by index in the plan.
-    acked: &'a std::sync::Mutex<Vec<usize>>,
+    /// Events answered 2xx so far, by index in the plan, and when.
+    acked: &'a std::sync::Mutex<Vec<(usize, Instant)>>,
     plan: &'a Plan,
     promote_after: Duration,
     cut_standby: Duration,
@@ -431,7 +447,7 @@ impl Chaos {
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
             .iter()
-            .map(|&i| how.plan.events[i].id.clone())
+            .map(|&(i, _)| how.plan.events[i].id.clone())
             .collect();
         let on_standby = Judge::connect(&pair.standby.url())
             .await
@@ -460,6 +476,7 @@ impl Chaos {
             acked_lost_samples: lost.iter().take(10).cloned().collect(),
             kill_to_promoted_ms: u64::try_from(promoted.as_millis()).unwrap_or(u64::MAX),
             kill_to_accepted_ms: None,
+            rejoin: None,
         });
         drop(guard);
         if let Some(extra) = extra {
@@ -524,25 +541,41 @@ async fn run(args: Args) -> Result<bool, String> {
     std::fs::create_dir_all(&log_dir).map_err(|e| e.to_string())?;
     std::fs::create_dir_all(&out_dir).map_err(|e| e.to_string())?;
     let postgres = args.backend == BackendArg::Postgres || args.failover.is_some();
-    let replication = args.failover.map(|r| match r {
-        ReplicationArg::Sync => Replication::Sync,
-        ReplicationArg::Async => Replication::Async,
+    let failing_over = args.failover.is_some();
+    let automatic = args.failover == Some(ReplicationArg::Auto);
+    let replication = args.failover.and_then(|r| match r {
+        ReplicationArg::Sync => Some(Replication::Sync),
+        ReplicationArg::Async => Some(Replication::Async),
+        ReplicationArg::Auto => None,
     });
+    if automatic && args.cut_standby_ms > 0 {
+        return Err(
+            "--cut-standby-ms is for --failover sync|async: pg_auto_failover disables \
+             synchronous replication itself when its standby falls behind"
+                .to_owned(),
+        );
+    }
     println!(
         "chaos: {} events, {} nodes, {} s of chaos on {}{}, seed {seed}; logs in {}",
         args.events,
         args.nodes,
         args.duration,
         if postgres { "postgres" } else { "sqlite" },
-        replication.map_or(String::new(), |r| format!(
-            ", failing over to a {} standby",
-            r.as_str()
-        )),
+        match (replication, automatic) {
+            (Some(r), _) => format!(", failing over to a {} standby", r.as_str()),
+            (None, true) => ", failed over by pg_auto_failover".to_owned(),
+            (None, false) => String::new(),
+        },
         log_dir.display()
     );
 
     let receipts = ReceiptService::start().await;
-    let database = if let Some(replication) = replication {
+    let database = if automatic {
+        let formation = Formation::start()
+            .await
+            .map_err(|e| format!("cannot start a pg_auto_failover formation: {e}"))?;
+        ChaosDatabase::AutoFailover(Box::new(formation))
+    } else if let Some(replication) = replication {
         let pair = ReplicaPair::start(replication)
             .await
             .map_err(|e| format!("cannot start a throwaway primary and standby: {e}"))?;
@@ -564,10 +597,15 @@ async fn run(args: Args) -> Result<bool, String> {
             .map_err(|e| format!("cannot prepare the database: {e}"))?,
     );
     let pair = Arc::new(Mutex::new(None));
+    let formation = Arc::new(Mutex::new(None));
     let (cluster, _sqlite_dir) = match database {
         ChaosDatabase::Postgres(cluster) => (Arc::new(Mutex::new(Some(cluster))), None),
         ChaosDatabase::Replicated(replicated) => {
             *pair.lock().await = Some(replicated);
+            (Arc::new(Mutex::new(None)), None)
+        }
+        ChaosDatabase::AutoFailover(formed) => {
+            *formation.lock().await = Some(*formed);
             (Arc::new(Mutex::new(None)), None)
         }
         ChaosDatabase::Sqlite(dir) => (Arc::new(Mutex::new(None)), Some(dir)),
@@ -608,6 +646,7 @@ async fn run(args: Args) -> Result<bool, String> {
         db_restarts: AtomicU64::new(0),
         db_down_ms: AtomicU64::new(0),
         failover: std::sync::Mutex::new(None),
+        old_primary: std::sync::Mutex::new(None),
     });
     let mut starting = JoinSet::new();
     for slot in 0..args.nodes {
@@ -655,7 +694,7 @@ async fn run(args: Args) -> Result<bool, String> {
                 acked
                     .lock()
                     .unwrap_or_else(std::sync::PoisonError::into_inner)
-                    .push(delivery.event);
+                    .push((delivery.event, Instant::now()));
             }
             delivered
         });
@@ -667,7 +706,7 @@ async fn run(args: Args) -> Result<bool, String> {
         tokio::spawn(Arc::clone(&chaos.orphans).watch(judge.clone(), orphan_watch.clone()));
     let stop_kills = CancellationToken::new();
     // A failover run has one fault: the database's.
-    let killer = if replication.is_none() {
+    let killer = if !failing_over {
         tokio::spawn(Arc::clone(&chaos).killer(stop_kills.clone()))
     } else {
         tokio::spawn(async { Ok(()) })
@@ -679,13 +718,14 @@ async fn run(args: Args) -> Result<bool, String> {
         orphan_watch.clone(),
     ));
     let incidents = {
-        let (chaos, provider, plan, give_up, cluster, pair, tally, acked) = (
+        let (chaos, provider, plan, give_up, cluster, pair, formation, tally, acked) = (
             Arc::clone(&chaos),
             provider.clone(),
             Arc::clone(&plan),
             give_up.clone(),
             Arc::clone(&cluster),
             Arc::clone(&pair),
+            Arc::clone(&formation),
             Arc::clone(&tally),
             Arc::clone(&acked),
         );
@@ -695,6 +735,32 @@ async fn run(args: Args) -> Result<bool, String> {
         async move {
             if !postgres {
                 return Ok::<(), String>(());
+            }
+            if automatic {
+                tokio::time::sleep_until(chaos_started + duration.mul_f64(0.5)).await;
+                let mut guard = formation.lock().await;
+                let Some(formation) = guard.as_mut() else {
+                    return Ok(());
+                };
+                let (old, figures) = auto_failover::fail_over(AutoFailover {
+                    formation,
+                    provider: &provider,
+                    tally: &tally,
+                    acked: &acked,
+                    plan: &plan,
+                    judge: &chaos.judge,
+                    give_up: &give_up,
+                })
+                .await?;
+                *chaos
+                    .failover
+                    .lock()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(figures);
+                *chaos
+                    .old_primary
+                    .lock()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(old);
+                return Ok(());
             }
             if replication.is_some() {
                 tokio::time::sleep_until(chaos_started + duration.mul_f64(0.5)).await;
@@ -795,6 +861,27 @@ async fn run(args: Args) -> Result<bool, String> {
         }
     }
 
+    // With pg_auto_failover: the old primary, a standby again, must hold
+    // exactly what the new primary holds.
+    let old_primary = *chaos
+        .old_primary
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    if let (Some(old), Some(formation)) = (old_primary, formation.lock().await.as_ref()) {
+        let mut failover = chaos
+            .failover
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .take();
+        if let Some(rejoin) = failover.as_mut().and_then(|f| f.rejoin.as_mut()) {
+            auto_failover::verify_rejoined(formation, old, rejoin).await?;
+        }
+        *chaos
+            .failover
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = failover;
+    }
+
     // The figures.
     let tallies = judge.tallies().await.map_err(|e| e.to_string())?;
     let balances = judge.balances().await.map_err(|e| e.to_string())?;
@@ -846,9 +933,7 @@ async fn run(args: Args) -> Result<bool, String> {
         drain_secs,
         total_secs: started.elapsed().as_secs_f64(),
         events_sent: plan.events.len() as u64,
-        deliveries: delivered.len() as u64
-            + get(&chaos.db_restarts)
-            + u64::from(replication.is_some()),
+        deliveries: delivered.len() as u64 + get(&chaos.db_restarts) + u64::from(failing_over),
         attempts: SendTally::get(&tally.attempts),
         answered_new: SendTally::get(&tally.new),
         answered_duplicate: SendTally::get(&tally.duplicate),
@@ -929,6 +1014,7 @@ async fn run(args: Args) -> Result<bool, String> {
     // The throwaway clusters stop and are removed here.
     cluster.lock().await.take();
     pair.lock().await.take();
+    formation.lock().await.take();
     Ok(ok)
 }
 

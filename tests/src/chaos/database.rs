@@ -8,6 +8,7 @@ use std::time::Duration;
 use sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions};
 use sqlx::sqlite::{SqliteConnectOptions, SqlitePool, SqlitePoolOptions};
 
+use crate::pg_auto_failover::Formation;
 use crate::pg_cluster::PgCluster;
 use crate::pg_replica::ReplicaPair;
 
@@ -177,8 +178,11 @@ impl Judge {
 pub enum ChaosDatabase {
     /// A cluster of the run's own (stopped and removed on drop).
     Postgres(PgCluster),
-    /// A primary and its standby (`--failover`), removed on drop.
+    /// A primary and its standby (`--failover sync|async`), removed on drop.
     Replicated(ReplicaPair),
+    /// A pg_auto_failover formation (`--failover auto`), removed on drop
+    /// (boxed: it is much larger than the others).
+    AutoFailover(Box<Formation>),
     /// A SQLite file in this temp dir.
     Sqlite(tempfile::TempDir),
 }
@@ -190,6 +194,7 @@ impl ChaosDatabase {
         match self {
             ChaosDatabase::Postgres(cluster) => cluster.url(),
             ChaosDatabase::Replicated(pair) => pair.url("postgres"),
+            ChaosDatabase::AutoFailover(formation) => formation.url(),
             ChaosDatabase::Sqlite(dir) => {
                 format!("sqlite://{}", dir.path().join("chaos.db").display())
             }
@@ -201,6 +206,8 @@ impl ChaosDatabase {
     pub fn judge_url(&self) -> String {
         match self {
             ChaosDatabase::Replicated(pair) => pair.primary.url(),
+            // node1 is the formation's first primary (Formation::start).
+            ChaosDatabase::AutoFailover(formation) => formation.node_url(0),
             _ => self.url(),
         }
     }

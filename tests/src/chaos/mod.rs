@@ -8,10 +8,12 @@
 //! | [`provider`] | the sender: signs like Stripe and retries a delivery until it gets a 2xx |
 //! | [`receipts`] | the stand-in receipt service: every call and every distinct `Idempotency-Key` |
 //! | [`nodes`] | node processes: start, SIGKILL, SIGSTOP/SIGCONT, SIGTERM, and what their logs say |
+//! | [`auto_failover`] | `--failover auto`: pg_auto_failover fails the database over; the old primary rejoins |
 //! | [`database`] | the chaos database (a throwaway PostgreSQL cluster or a SQLite file) and the queries that judge the run |
 //! | [`orphans`] | how long events held by a killed node waited until another node claimed them |
 //! | [`report`] | the figures, the checks, the table and the JSON line |
 
+pub mod auto_failover;
 pub mod database;
 pub mod nodes;
 pub mod orphans;

@@ -132,6 +132,37 @@ pub struct FailoverFigures {
     /// From the kill until the first 2xx to a delivery attempt sent after
     /// it: deliveries accepted again, in ms.
     pub kill_to_accepted_ms: Option<u64>,
+    /// With `--failover auto`: the old primary's return as a standby.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub rejoin: Option<RejoinFigures>,
+}
+
+/// With `--failover auto` (pg_auto_failover): the old primary, its keeper
+/// started again after the promotion, rejoins as a standby; after the drain
+/// it must hold exactly what the new primary holds.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct RejoinFigures {
+    /// From the keeper's restart until the monitor had it as the secondary
+    /// (rewound, streaming) and it was in recovery, in ms; `None`: it did
+    /// not rejoin in time.
+    pub rejoined_ms: Option<u64>,
+    /// Why it did not rejoin.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub rejoin_error: Option<String>,
+    /// After the drain: the old primary is in recovery.
+    pub in_recovery: bool,
+    /// The timeline the old primary receives WAL on (-1: not streaming).
+    pub old_primary_timeline: i64,
+    /// The new primary's timeline.
+    pub new_primary_timeline: i64,
+    /// Rows in `tickmark_events` on the old primary, once it replayed all
+    /// the new primary wrote.
+    pub events_on_old_primary: i64,
+    /// Rows in `tickmark_events` on the new primary.
+    pub events_on_new_primary: i64,
+    /// `tickmark_events`, `tickmark_steps` and `accounts` are the same, row
+    /// for row, on both (count and MD5 of the rows as text).
+    pub rows_match: bool,
 }
 
 /// One check and whether it held.
@@ -260,6 +291,35 @@ impl Figures {
                 failover.kill_to_accepted_ms.is_some(),
                 format!("{:?} ms after the kill", failover.kill_to_accepted_ms),
             ));
+            if let Some(rejoin) = &failover.rejoin {
+                checks.push(check(
+                    "the old primary rejoined as a standby of the new primary",
+                    rejoin.rejoined_ms.is_some()
+                        && rejoin.in_recovery
+                        && rejoin.old_primary_timeline == rejoin.new_primary_timeline,
+                    format!(
+                        "in {}; in recovery: {}, timeline {} (new primary: {}){}",
+                        rejoin
+                            .rejoined_ms
+                            .map_or_else(|| "-".to_owned(), |v| format!("{v} ms")),
+                        rejoin.in_recovery,
+                        rejoin.old_primary_timeline,
+                        rejoin.new_primary_timeline,
+                        rejoin
+                            .rejoin_error
+                            .as_ref()
+                            .map_or_else(String::new, |e| format!("; {e}"))
+                    ),
+                ));
+                checks.push(check(
+                    "no write of tickmark landed on the old primary (its rows are the new primary's)",
+                    rejoin.rows_match,
+                    format!(
+                        "{} events on the old primary, {} on the new one",
+                        rejoin.events_on_old_primary, rejoin.events_on_new_primary
+                    ),
+                ));
+            }
         }
         checks
     }
@@ -379,6 +439,18 @@ impl Figures {
                 "acknowledged before the kill / lost",
                 format!("{} / {}", failover.acked_before_kill, failover.acked_lost),
             ));
+            if let Some(rejoin) = &failover.rejoin {
+                rows.push((
+                    "old primary rejoined (keeper restart -> standby)",
+                    format!(
+                        "{}; {} events there, {} on the new primary; rows match: {}",
+                        ms(rejoin.rejoined_ms),
+                        rejoin.events_on_old_primary,
+                        rejoin.events_on_new_primary,
+                        rejoin.rows_match
+                    ),
+                ));
+            }
         }
         let width = rows.iter().map(|(k, _)| k.len()).max().unwrap_or(0);
         let mut out = String::new();
