@@ -68,6 +68,15 @@ impl TestDb {
 
     /// A new schema in the PostgreSQL test database, or `None` when skipped.
     pub async fn postgres() -> Option<TestDb> {
+        Self::postgres_with_settings(&[]).await
+    }
+
+    /// A new schema in the PostgreSQL test database whose connections (the
+    /// store's, the probe's, and any made from [`url`](Self::url)) start
+    /// with these server settings, as a role's `ALTER ROLE … SET` would set
+    /// them, e.g. `("default_transaction_isolation", "repeatable read")`;
+    /// `None` when skipped.
+    pub async fn postgres_with_settings(settings: &[(&str, &str)]) -> Option<TestDb> {
         let admin_url = postgres_url()?;
         let schema = format!(
             "tm_{}_{}_{:04x}",
@@ -84,7 +93,12 @@ impl TestDb {
             .expect("create test schema");
         let _ = admin.close().await;
         let separator = if admin_url.contains('?') { '&' } else { '?' };
-        let url = format!("{admin_url}{separator}options[search_path]={schema}");
+        let mut url = format!("{admin_url}{separator}options[search_path]={schema}");
+        for (name, value) in settings {
+            // The server splits `options` at spaces unless escaped (`\ `).
+            let value = value.replace(' ', "%5C%20");
+            url.push_str(&format!("&options[{name}]={value}"));
+        }
         let options = PostgresOptions {
             max_connections: 8,
             ..PostgresOptions::default()

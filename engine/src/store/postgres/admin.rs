@@ -9,7 +9,7 @@ use chrono::{DateTime, Utc};
 use sqlx::postgres::PgRow;
 use sqlx::{PgConnection, Row};
 
-use super::{admin_sql as sql, record_from_row, sql as engine_sql, PostgresStore};
+use super::{admin_sql as sql, isolation, record_from_row, sql as engine_sql, PostgresStore};
 use crate::event::EventState;
 use crate::store::admin::{
     Admin, AuditEntry, AuditNote, Decide, Decision, EventFilter, EventSnapshot, KeySlots,
@@ -281,7 +281,7 @@ impl Admin for PostgresStore {
         event_seq: i64,
         decide: &Decide<'_>,
     ) -> Result<EventRecord, TransitionError> {
-        let mut tx = self.pool.begin().await?;
+        let mut tx = isolation::begin(&self.pool).await?;
         let found = Self::lock_event(&mut tx, event_seq).await?;
         let verdict = decide(&found).map_err(TransitionError::Declined)?;
         let record = Self::apply(&mut tx, &found, &verdict.decision).await?;

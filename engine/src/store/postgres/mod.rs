@@ -7,6 +7,7 @@ mod admin_sql;
 mod debounce;
 mod failover;
 mod hosts;
+mod isolation;
 mod sql;
 mod wait;
 
@@ -83,7 +84,14 @@ impl PostgresStore {
     pub async fn connect_with(url: &str, options: PostgresOptions) -> Result<Self, StoreError> {
         let pool_options = PgPoolOptions::new()
             .max_connections(options.max_connections)
-            .acquire_timeout(options.acquire_timeout);
+            .acquire_timeout(options.acquire_timeout)
+            // READ COMMITTED whatever the role's default (`isolation.rs`).
+            .after_connect(|conn, _| {
+                Box::pin(async move {
+                    sqlx::Executor::execute(conn, isolation::SESSION_DEFAULT).await?;
+                    Ok(())
+                })
+            });
         let (pool, follower) = failover::connect(url, pool_options).await?;
         let schema: String = sqlx::query_scalar("SELECT current_schema()")
             .fetch_one(&pool)
@@ -211,7 +219,7 @@ fn insert_many(
             });
             let rows: Vec<&OwnedEventInsert> = order.iter().map(|&i| &events[i]).collect();
             let result = async {
-                let mut tx = pool.begin().await?;
+                let mut tx = isolation::begin(&pool).await?;
                 let mut inserted: Vec<(i64, String, String)> =
                     sqlx::query_as(sql::EVENT_INSERT_MANY)
                         .bind(rows.iter().map(|e| e.source.as_str()).collect::<Vec<_>>())
@@ -663,7 +671,9 @@ impl Store for PostgresStore {
     }
 
     async fn step_transaction_begin(&self) -> Result<StepTransaction, StoreError> {
-        Ok(StepTransaction::postgres_from(self.pool.begin().await?))
+        Ok(StepTransaction::postgres_from(
+            isolation::begin(&self.pool).await?,
+        ))
     }
 
     async fn step_mark_done(

@@ -9,7 +9,7 @@
 
 use chrono::{DateTime, Utc};
 
-use super::{admin_sql, PostgresStore};
+use super::{admin_sql, isolation, PostgresStore};
 use crate::store::wait::{decide, WaitDecision};
 use crate::store::{EventInsert, InsertOutcome, StoreError, WaitSettled, WaitStep};
 
@@ -75,7 +75,7 @@ const WAIT_WAKE: &str = "
 impl PostgresStore {
     pub(super) async fn settle_wait(&self, wait: &WaitStep<'_>) -> Result<WaitSettled, StoreError> {
         let lease = wait.lease;
-        let mut tx = self.pool.begin().await?;
+        let mut tx = isolation::begin(&self.pool).await?;
         if let Some(key) = wait.key {
             sqlx::query(WAIT_LOCK).bind([key]).execute(&mut *tx).await?;
         }
@@ -150,7 +150,7 @@ impl PostgresStore {
         &self,
         event: &EventInsert<'_>,
     ) -> Result<InsertOutcome, StoreError> {
-        let mut tx = self.pool.begin().await?;
+        let mut tx = isolation::begin(&self.pool).await?;
         let inserted: Option<i64> = sqlx::query_scalar(MATCHABLE_INSERT)
             .bind(event.source)
             .bind(event.dedup_key)
