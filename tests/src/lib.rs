@@ -17,6 +17,7 @@ pub mod http_client;
 pub mod meeting;
 pub mod pg_cluster;
 pub mod pg_replica;
+pub mod pgbouncer;
 pub mod probe;
 pub mod skip;
 pub mod terminate;

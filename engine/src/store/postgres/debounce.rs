@@ -4,7 +4,7 @@
 
 use chrono::{DateTime, Utc};
 
-use super::{isolation, sql, PostgresStore};
+use super::{sql, PostgresStore};
 use crate::store::debounce::{coalesce, superseded_note, Waiting};
 use crate::store::{DebounceInsert, EventInsert, InsertOutcome, StoreError};
 
@@ -14,7 +14,7 @@ impl PostgresStore {
         event: &EventInsert<'_>,
         debounce: &DebounceInsert<'_>,
     ) -> Result<InsertOutcome, StoreError> {
-        let mut tx = isolation::begin(&self.pool).await?;
+        let mut tx = self.db.begin().await?;
         // Accepts of one key take turns; claims never wait on this lock.
         sqlx::query(sql::DEBOUNCE_LOCK)
             .bind(debounce.key)
