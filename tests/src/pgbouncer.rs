@@ -185,7 +185,8 @@ impl PgBouncer {
             admin_url,
             direct_url,
         };
-        let url = bouncer.url(false);
+        // Without tickmark's parameters, which sqlx alone would warn about.
+        let url = format!("postgres://{}@127.0.0.1:{port}/tickmark", bouncer.role);
         wait::until(
             "PgBouncer accepts connections",
             Duration::from_secs(20),

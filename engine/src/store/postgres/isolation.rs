@@ -30,7 +30,9 @@
 //!   under any level, but under REPEATABLE READ a row changed by a
 //!   transaction that committed after that snapshot fails the statement
 //!   (40001) instead of being re-read, and a PL/pgSQL function such as the
-//!   claim runs all its statements on the first one's snapshot.
+//!   claim runs all its statements on the first one's snapshot. Through a
+//!   transaction pooler no session setting sticks, and every statement
+//!   runs in a transaction of the store's instead (`pooler.rs`).
 
 use sqlx::postgres::PgPool;
 use sqlx::{Postgres, Transaction};
