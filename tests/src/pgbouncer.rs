@@ -10,7 +10,8 @@
 //! mode the pooler's pool is smaller than the store's, so that clients
 //! share server connections, which is what that mode changes. PgBouncer refuses to run as root:
 //! as root it runs as user `postgres` (`runuser`). Dropping it kills the
-//! process, removes its temp dir, and drops the schema and the role.
+//! process (by the pid it wrote, not `runuser`'s), removes its temp dir,
+//! and drops the schema and the role.
 
 use std::path::PathBuf;
 use std::process::Stdio;
@@ -23,7 +24,7 @@ use sqlx::{Connection, PgConnection};
 use tokio::process::{Child, Command};
 
 use crate::db::postgres_url;
-use crate::{skip, wait};
+use crate::skip;
 
 /// Where Debian's `pgbouncer` package puts the binary (`scripts/setup`
 /// installs it).
@@ -110,9 +111,39 @@ impl PgBouncer {
         }
         let _ = admin.close().await;
 
-        let dir = tempfile::tempdir().expect("temp dir");
-        let port = free_port();
-        let as_postgres = running_as_root();
+        let direct_url = format!(
+            "postgres://{role}@{}:{}/{}",
+            server.get_host(),
+            server.get_port(),
+            server.get_database().unwrap_or("test")
+        );
+        // Made before PgBouncer runs, so that a failure from here on still
+        // drops the role and the schema.
+        let mut bouncer = PgBouncer {
+            child: None,
+            dir: tempfile::tempdir().expect("temp dir"),
+            port: 0,
+            mode,
+            role,
+            admin_url,
+            direct_url,
+        };
+        // A port chosen free can be taken before PgBouncer binds it (tests
+        // run side by side): PgBouncer then exits, and another port is tried.
+        for _ in 0..3 {
+            bouncer.stop();
+            bouncer.port = free_port();
+            bouncer.write_config(&server);
+            bouncer.child = Some(bouncer.spawn());
+            if bouncer.ready().await {
+                return Some(bouncer);
+            }
+        }
+        panic!("PgBouncer exited three times:\n{}", bouncer.log());
+    }
+
+    fn write_config(&self, server: &PgConnectOptions) {
+        let dir = self.dir.path();
         let ini = format!(
             "[databases]\n\
              tickmark = host={host} port={server_port} dbname={database}\n\
@@ -132,76 +163,72 @@ impl PgBouncer {
             host = server.get_host(),
             server_port = server.get_port(),
             database = server.get_database().unwrap_or("test"),
-            dir = dir.path().display(),
-            mode = mode.as_str(),
-            pool_size = match mode {
+            port = self.port,
+            dir = dir.display(),
+            mode = self.mode.as_str(),
+            pool_size = match self.mode {
                 PoolMode::Transaction => SERVER_CONNECTIONS,
                 PoolMode::Session => SESSION_SERVER_CONNECTIONS,
             },
         );
-        std::fs::write(dir.path().join("pgbouncer.ini"), ini).expect("write pgbouncer.ini");
+        std::fs::write(dir.join("pgbouncer.ini"), ini).expect("write pgbouncer.ini");
         std::fs::write(
-            dir.path().join("userlist.txt"),
-            format!("\"{role}\" \"\"\n"),
+            dir.join("userlist.txt"),
+            format!("\"{}\" \"\"\n", self.role),
         )
         .expect("write userlist.txt");
-        if as_postgres {
+        if running_as_root() {
             // User postgres reads the config and writes the log and pid files.
             let status = std::process::Command::new("chown")
                 .args(["-R", "postgres"])
-                .arg(dir.path())
+                .arg(dir)
                 .status()
                 .expect("chown");
             assert!(status.success(), "chown the PgBouncer dir to postgres");
         }
-        let mut command = if as_postgres {
+    }
+
+    fn spawn(&self) -> Child {
+        let mut command = if running_as_root() {
             let mut command = Command::new("runuser");
             command.args(["-u", "postgres", "--", BINARY]);
             command
         } else {
             Command::new(BINARY)
         };
-        let child = command
-            .arg(dir.path().join("pgbouncer.ini"))
-            .current_dir(dir.path())
+        command
+            .arg(self.dir.path().join("pgbouncer.ini"))
+            .current_dir(self.dir.path())
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .kill_on_drop(true)
             .spawn()
-            .expect("start pgbouncer");
-        let server_host = server.get_host().to_owned();
-        let direct_url = format!(
-            "postgres://{role}@{server_host}:{}/{}",
-            server.get_port(),
-            server.get_database().unwrap_or("test")
-        );
-        let bouncer = PgBouncer {
-            child: Some(child),
-            dir,
-            port,
-            mode,
-            role,
-            admin_url,
-            direct_url,
-        };
+            .expect("start pgbouncer")
+    }
+
+    /// Whether PgBouncer came up (false: it exited, as on a port in use).
+    async fn ready(&mut self) -> bool {
         // Without tickmark's parameters, which sqlx alone would warn about.
-        let url = format!("postgres://{}@127.0.0.1:{port}/tickmark", bouncer.role);
-        wait::until(
-            "PgBouncer accepts connections",
-            Duration::from_secs(20),
-            || async {
-                match PgConnection::connect(&url).await {
-                    Ok(conn) => {
-                        let _ = conn.close().await;
-                        true
-                    }
-                    Err(_) => false,
-                }
-            },
-        )
-        .await;
-        Some(bouncer)
+        let url = format!("postgres://{}@127.0.0.1:{}/tickmark", self.role, self.port);
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+        loop {
+            if let Ok(conn) = PgConnection::connect(&url).await {
+                let _ = conn.close().await;
+                return true;
+            }
+            let child = self.child.as_mut().expect("spawned");
+            if child.try_wait().expect("PgBouncer's status").is_some() {
+                return false;
+            }
+            if tokio::time::Instant::now() >= deadline {
+                panic!(
+                    "PgBouncer did not accept connections within 20 s:\n{}",
+                    self.log()
+                );
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
     }
 
     /// The store's URL through the pooler (`pooler=transaction` or
@@ -249,11 +276,31 @@ impl PgBouncer {
     }
 }
 
-impl Drop for PgBouncer {
-    fn drop(&mut self) {
+impl PgBouncer {
+    /// Stop PgBouncer itself: the child may be `runuser`, which killing
+    /// would leave PgBouncer running, so by the pid PgBouncer wrote.
+    fn stop(&mut self) {
+        let pidfile = self.dir.path().join("pgbouncer.pid");
+        if let Ok(pid) = std::fs::read_to_string(&pidfile) {
+            let pid = pid.trim();
+            if !pid.is_empty() && pid.bytes().all(|b| b.is_ascii_digit()) {
+                let _ = std::process::Command::new("kill")
+                    .args(["-KILL", pid])
+                    .stderr(Stdio::null())
+                    .status();
+            }
+            // Not read again: the pid may be another process's later.
+            let _ = std::fs::remove_file(&pidfile);
+        }
         if let Some(mut child) = self.child.take() {
             let _ = child.start_kill();
         }
+    }
+}
+
+impl Drop for PgBouncer {
+    fn drop(&mut self) {
+        self.stop();
         let (admin_url, role) = (self.admin_url.clone(), self.role.clone());
         // Drop runs outside any runtime we may block, so use a thread of its own.
         let _ = std::thread::spawn(move || {
