@@ -244,3 +244,60 @@ async fn a_worker_process_killed_mid_stream_through_a_transaction_pooler_loses_n
         "the events the victim held were taken over, and no others: {taken_over} of {held}"
     );
 }
+
+/// The application's own statements on tickmark's database go through a
+/// transaction pooler on `PostgresStore::executor()`: many at once, on
+/// fewer server connections than clients, each answered with its own
+/// parameters, and a transaction of the application's commits as one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_applications_own_queries_run_through_a_transaction_pooler_on_the_executor() {
+    let Some(db) = TestDb::through_pgbouncer(PoolMode::Transaction, false, &[]).await else {
+        return;
+    };
+    let store = tickmark::store::postgres::PostgresStore::connect(
+        &db.pooled_url().expect("through PgBouncer"),
+    )
+    .await
+    .unwrap();
+    assert!(store.executor().pinned());
+    sqlx::query("CREATE TABLE app_notes (n INT PRIMARY KEY, doubled INT NOT NULL)")
+        .execute(store.executor())
+        .await
+        .unwrap();
+    let mut writes = tokio::task::JoinSet::new();
+    for n in 0..64_i32 {
+        let store = store.clone();
+        writes.spawn(async move {
+            let doubled: i32 = sqlx::query_scalar(
+                "INSERT INTO app_notes (n, doubled) VALUES ($1, $1 * 2) RETURNING doubled",
+            )
+            .bind(n)
+            .fetch_one(store.executor())
+            .await
+            .unwrap();
+            assert_eq!(doubled, n * 2, "answered with its own parameters");
+        });
+    }
+    while let Some(written) = writes.join_next().await {
+        written.unwrap();
+    }
+    let mut tx = store.executor().begin().await.unwrap();
+    sqlx::query("UPDATE app_notes SET doubled = 0 WHERE n < $1")
+        .bind(10_i32)
+        .execute(&mut *tx)
+        .await
+        .unwrap();
+    sqlx::query("DELETE FROM app_notes WHERE n >= $1")
+        .bind(60_i32)
+        .execute(&mut *tx)
+        .await
+        .unwrap();
+    tx.commit().await.unwrap();
+    assert_eq!(
+        db.probe
+            .scalar("SELECT count(*) FROM app_notes WHERE doubled = 0")
+            .await,
+        10
+    );
+    assert_eq!(db.probe.scalar("SELECT count(*) FROM app_notes").await, 60);
+}

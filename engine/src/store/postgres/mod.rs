@@ -30,8 +30,7 @@ use crate::store::group_commit::{copy_error, FlushFn, GroupCommit, Overlap};
 use crate::store::records::{OwnedEventInsert, OwnedMarkDone};
 use crate::store::transaction::Inner;
 use hosts::{HostList, SessionAttrs};
-use pooler::Db;
-pub use pooler::Pooler;
+pub use pooler::{PoolExecutor, Pooler};
 
 // `engine/migrations` is a symlink to the workspace's `migrations/`: one copy
 // of the SQL, which `cargo package` follows into the published crate.
@@ -67,7 +66,7 @@ impl Default for PostgresOptions {
 pub struct PostgresStore {
     pool: PgPool,
     /// The pool, with how statements run on it (`pooler.rs`).
-    db: Db,
+    db: PoolExecutor,
     /// Through a transaction pooler: where to `LISTEN`, if anywhere.
     listen: Listen,
     channel: String,
@@ -121,7 +120,7 @@ impl PostgresStore {
             });
         }
         let (pool, follower) = failover::connect(list, pool_options, pooler).await?;
-        let db = Db::new(pool.clone(), pooler);
+        let db = PoolExecutor::new(pool.clone(), pooler);
         let schema: String = sqlx::query_scalar("SELECT current_schema()")
             .fetch_one(&db)
             .await?;
@@ -161,8 +160,18 @@ impl PostgresStore {
     }
 
     /// The pool, for the application's own queries on the same database.
+    /// Through a transaction pooler (`pooler=transaction`) use
+    /// [`executor`](Self::executor) instead: sqlx's statements on the bare
+    /// pool break there.
     pub fn pool(&self) -> &PgPool {
         &self.pool
+    }
+
+    /// The pool as an executor that is also safe through a transaction
+    /// pooler (each statement alone in a transaction, `begin` for more):
+    /// for the application's own queries on the same database.
+    pub fn executor(&self) -> &PoolExecutor {
+        &self.db
     }
 
     /// Mark `lease`'s step done on `conn` (the caller commits).
@@ -257,7 +266,7 @@ const INSERT_QUEUE: usize = 2 * MAX_INSERT_BATCH;
 /// Insert a batch of events in one statement, then undo those a tombstone
 /// refuses, in one transaction; each answer is New or Duplicate.
 fn insert_many(
-    db: Db,
+    db: PoolExecutor,
     channel: String,
 ) -> FlushFn<OwnedEventInsert, Result<InsertOutcome, StoreError>> {
     Arc::new(move |events: Vec<OwnedEventInsert>| {
@@ -382,7 +391,7 @@ const MARK_QUEUE: usize = 4 * MAX_MARK_BATCH;
 
 /// Write a batch of marks in one statement; each answer says whether that
 /// mark was applied (false: its lease was not held — the caller checks why).
-fn mark_many(db: Db) -> FlushFn<OwnedMarkDone, Result<bool, StoreError>> {
+fn mark_many(db: PoolExecutor) -> FlushFn<OwnedMarkDone, Result<bool, StoreError>> {
     Arc::new(move |mut marks: Vec<OwnedMarkDone>| {
         let db = db.clone();
         Box::pin(async move {

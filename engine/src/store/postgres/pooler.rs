@@ -12,7 +12,7 @@
 //! saw the `Parse` — or another client's statement of the same name. So
 //! the store, in this mode:
 //!
-//! - runs every statement inside a transaction ([`Db`]'s [`Executor`]:
+//! - runs every statement inside a transaction ([`PoolExecutor`]'s [`Executor`]:
 //!   a statement alone becomes `BEGIN` … `COMMIT`), which holds one server
 //!   connection from `Parse` to `COMMIT`;
 //! - keeps no prepared statement across transactions: the statement cache
@@ -74,10 +74,15 @@ impl Pooler {
     }
 }
 
-/// The pool, and how statements must run on it.
+/// The store's pool as an sqlx [`Executor`] that runs each statement the
+/// way the URL's `pooler` needs: as on the pool, or, through a transaction
+/// pooler, in a READ COMMITTED transaction of its own. The application's
+/// own queries on tickmark's database go through a transaction pooler
+/// safely this way ([`PostgresStore::executor`](super::PostgresStore::executor)),
+/// and their transactions begin with [`begin`](Self::begin).
 #[derive(Debug, Clone)]
-pub(super) struct Db {
-    pub(super) pool: PgPool,
+pub struct PoolExecutor {
+    pool: PgPool,
     pinned: bool,
 }
 
@@ -85,21 +90,22 @@ pub(super) struct Db {
 /// connection it lands on is cleared of other clients' statements first.
 const POOLED_BEGIN: &str = "BEGIN ISOLATION LEVEL READ COMMITTED; DEALLOCATE ALL";
 
-impl Db {
-    pub(super) fn new(pool: PgPool, pooler: Pooler) -> Db {
-        Db {
+impl PoolExecutor {
+    pub(super) fn new(pool: PgPool, pooler: Pooler) -> PoolExecutor {
+        PoolExecutor {
             pool,
             pinned: pooler.per_transaction(),
         }
     }
 
     /// Whether every statement runs in a transaction (a transaction pooler).
-    pub(super) fn pinned(&self) -> bool {
+    pub fn pinned(&self) -> bool {
         self.pinned
     }
 
-    /// A transaction at READ COMMITTED (`isolation.rs`).
-    pub(super) async fn begin(&self) -> Result<Transaction<'static, Postgres>, Error> {
+    /// A transaction at READ COMMITTED, whatever the role's default, which
+    /// holds one server connection through a transaction pooler.
+    pub async fn begin(&self) -> Result<Transaction<'static, Postgres>, Error> {
         if self.pinned {
             self.pool.begin_with(POOLED_BEGIN).await
         } else {
@@ -108,9 +114,9 @@ impl Db {
     }
 }
 
-/// Statements on `&Db` run as on the pool; through a transaction pooler,
+/// Statements on `&PoolExecutor` run as on the pool; through a transaction pooler,
 /// each in a transaction of its own.
-impl<'c> Executor<'c> for &'_ Db {
+impl<'c> Executor<'c> for &'_ PoolExecutor {
     type Database = Postgres;
 
     fn fetch_many<'e, 'q: 'e, E>(
@@ -160,6 +166,9 @@ impl<'c> Executor<'c> for &'_ Db {
         })
     }
 
+    // Preparing and describing go to the pool as they are: a prepared
+    // statement does not outlive its transaction through a transaction
+    // pooler, and tickmark prepares none by hand.
     fn prepare_with<'e, 'q: 'e>(
         self,
         sql: &'q str,
