@@ -301,3 +301,38 @@ async fn the_applications_own_queries_run_through_a_transaction_pooler_on_the_ex
     );
     assert_eq!(db.probe.scalar("SELECT count(*) FROM app_notes").await, 60);
 }
+
+/// What cannot work is refused when connecting, before any connection:
+/// `listen_url` without a transaction pooler, a transaction pooler with a
+/// host list or `target_session_attrs`, an unknown pooler mode.
+#[tokio::test]
+async fn a_pooler_setting_that_cannot_work_is_refused_with_its_reason() {
+    for (url, says) in [
+        (
+            "postgres://u@127.0.0.1:1/db?listen_url=postgres%3A%2F%2Fu%40db%2Fdb",
+            "listen_url is for pooler=transaction",
+        ),
+        (
+            "postgres://u@127.0.0.1:1/db?pooler=session&listen_url=postgres%3A%2F%2Fdb",
+            "listen_url is for pooler=transaction",
+        ),
+        (
+            "postgres://u@127.0.0.1:1,127.0.0.1:2/db?pooler=transaction",
+            "takes the pooler's one address",
+        ),
+        (
+            "postgres://u@127.0.0.1:1/db?pooler=transaction&target_session_attrs=read-write",
+            "takes the pooler's one address",
+        ),
+        (
+            "postgres://u@127.0.0.1:1/db?pooler=statement",
+            "pooler=statement is not supported",
+        ),
+    ] {
+        let error = tickmark::store::postgres::PostgresStore::connect(url)
+            .await
+            .expect_err(url)
+            .to_string();
+        assert!(error.contains(says), "{url}: {error}");
+    }
+}

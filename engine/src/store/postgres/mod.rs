@@ -109,6 +109,13 @@ impl PostgresStore {
                 )));
             }
         } else {
+            if listen_url.is_some() {
+                return Err(StoreError::Database(sqlx::Error::Configuration(
+                    "listen_url is for pooler=transaction: without it the store listens on \
+                     its own connections"
+                        .into(),
+                )));
+            }
             // READ COMMITTED whatever the role's default (`isolation.rs`);
             // through a transaction pooler a session setting would not stick,
             // and every statement runs in a transaction that sets it.
