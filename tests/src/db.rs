@@ -30,7 +30,14 @@ pub struct TestDb {
 
 enum Cleanup {
     Sqlite(#[allow(dead_code)] tempfile::TempDir),
-    Postgres { admin_url: String, schema: String },
+    Postgres {
+        admin_url: String,
+        schema: String,
+    },
+    PgBouncer {
+        _bouncer: Box<crate::pgbouncer::PgBouncer>,
+        store_url: String,
+    },
 }
 
 impl TestDb {
@@ -68,6 +75,15 @@ impl TestDb {
 
     /// A new schema in the PostgreSQL test database, or `None` when skipped.
     pub async fn postgres() -> Option<TestDb> {
+        Self::postgres_with_settings(&[]).await
+    }
+
+    /// A new schema in the PostgreSQL test database whose connections (the
+    /// store's, the probe's, and any made from [`url`](Self::url)) start
+    /// with these server settings, as a role's `ALTER ROLE … SET` would set
+    /// them, e.g. `("default_transaction_isolation", "repeatable read")`;
+    /// `None` when skipped.
+    pub async fn postgres_with_settings(settings: &[(&str, &str)]) -> Option<TestDb> {
         let admin_url = postgres_url()?;
         let schema = format!(
             "tm_{}_{}_{:04x}",
@@ -84,7 +100,12 @@ impl TestDb {
             .expect("create test schema");
         let _ = admin.close().await;
         let separator = if admin_url.contains('?') { '&' } else { '?' };
-        let url = format!("{admin_url}{separator}options[search_path]={schema}");
+        let mut url = format!("{admin_url}{separator}options[search_path]={schema}");
+        for (name, value) in settings {
+            // The server splits `options` at spaces unless escaped (`\ `).
+            let value = value.replace(' ', "%5C%20");
+            url.push_str(&format!("&options[{name}]={value}"));
+        }
         let options = PostgresOptions {
             max_connections: 8,
             ..PostgresOptions::default()
@@ -99,6 +120,48 @@ impl TestDb {
             probe,
             cleanup: Cleanup::Postgres { admin_url, schema },
         })
+    }
+
+    /// A new schema on the shared PostgreSQL server, whose store connects
+    /// through a PgBouncer of its own in `mode` (with `listen_url` past it
+    /// when `listen`), and whose probe and [`url`](Self::url) reach the
+    /// same schema directly; the pooler's role defaults to `role_settings`.
+    /// `None` when skipped (no PostgreSQL on purpose, or no PgBouncer).
+    pub async fn through_pgbouncer(
+        mode: crate::pgbouncer::PoolMode,
+        listen: bool,
+        role_settings: &[(&str, &str)],
+    ) -> Option<TestDb> {
+        init_tracing();
+        let bouncer = crate::pgbouncer::PgBouncer::start(mode, role_settings).await?;
+        let options = PostgresOptions {
+            max_connections: 8,
+            ..PostgresOptions::default()
+        };
+        let store_url = bouncer.url(listen);
+        let store = PostgresStore::connect_with(&store_url, options)
+            .await
+            .unwrap_or_else(|e| panic!("open the store through PgBouncer: {e}\n{}", bouncer.log()));
+        let url = bouncer.direct_url().to_owned();
+        let probe = Probe::connect(&url).await;
+        Some(TestDb {
+            url,
+            store: Arc::new(store),
+            probe,
+            cleanup: Cleanup::PgBouncer {
+                _bouncer: Box::new(bouncer),
+                store_url,
+            },
+        })
+    }
+
+    /// The store's URL through PgBouncer, when it goes through one
+    /// ([`through_pgbouncer`](Self::through_pgbouncer)).
+    pub fn pooled_url(&self) -> Option<String> {
+        match &self.cleanup {
+            Cleanup::PgBouncer { store_url, .. } => Some(store_url.clone()),
+            _ => None,
+        }
     }
 
     /// Which backend this is.

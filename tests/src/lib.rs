@@ -18,6 +18,7 @@ pub mod meeting;
 pub mod pg_auto_failover;
 pub mod pg_cluster;
 pub mod pg_replica;
+pub mod pgbouncer;
 pub mod probe;
 pub mod skip;
 pub mod terminate;

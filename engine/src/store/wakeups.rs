@@ -15,6 +15,9 @@ pub struct Wakeups {
 #[derive(Debug)]
 enum Inner {
     Local(watch::Receiver<u64>),
+    /// No subscription: the caller's polling finds new events.
+    #[cfg_attr(not(feature = "postgres"), allow(dead_code))]
+    None,
     #[cfg(feature = "postgres")]
     Postgres(Box<PgListener>),
 }
@@ -25,6 +28,13 @@ impl Wakeups {
         Self {
             inner: Inner::Local(receiver),
         }
+    }
+
+    /// Never wakes: through a transaction pooler without a `listen_url`
+    /// there is no connection to `LISTEN` on, and workers poll.
+    #[cfg(feature = "postgres")]
+    pub(crate) fn none() -> Self {
+        Self { inner: Inner::None }
     }
 
     #[cfg(feature = "postgres")]
@@ -43,6 +53,7 @@ impl Wakeups {
                     std::future::pending::<()>().await;
                 }
             }
+            Inner::None => std::future::pending::<()>().await,
             #[cfg(feature = "postgres")]
             Inner::Postgres(listener) => match listener.recv().await {
                 Ok(_) => {

@@ -3,8 +3,10 @@
 //!
 //! ```text
 //! tickmark-test-worker --database-url URL [--name NAME] [--lease-ms N]
-//!                      [--concurrency N] [--until-idle]
+//!                      [--concurrency N] [--until-idle] [--probe-url URL]
 //! ```
+//! `--probe-url` (default: the database URL) is where the probe records
+//! what steps did: past the pooler when `--database-url` goes through one.
 //! Without `--until-idle` it runs until SIGTERM or SIGINT (graceful shutdown).
 
 use std::time::Duration;
@@ -15,6 +17,7 @@ use tokio_util::sync::CancellationToken;
 
 struct Args {
     database_url: String,
+    probe_url: Option<String>,
     name: Option<String>,
     lease: Duration,
     concurrency: usize,
@@ -24,6 +27,7 @@ struct Args {
 fn parse_args() -> Result<Args, String> {
     let mut args = Args {
         database_url: String::new(),
+        probe_url: None,
         name: None,
         lease: Duration::from_secs(2),
         concurrency: 4,
@@ -35,6 +39,7 @@ fn parse_args() -> Result<Args, String> {
         match flag.as_str() {
             "--database-url" => args.database_url = value()?,
             "--name" => args.name = Some(value()?),
+            "--probe-url" => args.probe_url = Some(value()?),
             "--lease-ms" => {
                 args.lease =
                     Duration::from_millis(value()?.parse().map_err(|e| format!("--lease-ms: {e}"))?)
@@ -59,7 +64,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     tickmark_tests::db::init_tracing();
     let args = parse_args()?;
     let store = tickmark::connect(&args.database_url).await?;
-    let probe = Probe::connect(&args.database_url).await;
+    let probe = Probe::connect(args.probe_url.as_deref().unwrap_or(&args.database_url)).await;
     let engine = Engine::new(store, Handlers::new())?.with_resource(probe);
     let mut config = WorkerConfig::default()
         .with_lease(args.lease)

@@ -6,6 +6,7 @@ pub mod admin;
 pub mod fencing;
 pub mod flow;
 pub mod inbox;
+pub mod isolation;
 pub mod long_handlers;
 pub mod ordering;
 pub mod portable_sql;
@@ -135,10 +136,15 @@ macro_rules! conformance_suite {
         );
     };
     (@cases $backend:expr; $($module:ident :: $case:ident),+ $(,)?) => {
+        $crate::conformance_suite!(@on $crate::TestDb::new($backend); $($module :: $case),+);
+    };
+    // Each case on the database `$db` makes (an `Option<TestDb>`; `None`
+    // skips): the same cases on a database set up differently.
+    (@on $db:expr; $($module:ident :: $case:ident),+ $(,)?) => {
         $(
             #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
             async fn $case() {
-                let Some(db) = $crate::TestDb::new($backend).await else { return };
+                let Some(db) = $db.await else { return };
                 $crate::conformance::$module::$case(db).await;
             }
         )+

@@ -185,18 +185,18 @@ fn records(rows: Vec<PgRow>) -> Result<Vec<EventRecord>, StoreError> {
 impl Admin for PostgresStore {
     async fn status(&self, minutes: u32) -> Result<StatusReport, StoreError> {
         let counts: Vec<(String, String, i64)> = sqlx::query_as(sql::STATUS_COUNTS)
-            .fetch_all(&self.pool)
+            .fetch_all(&self.db)
             .await?;
         let counts = decode::sorted_counts(counts)?;
         let age: Option<f64> = sqlx::query_scalar(engine_sql::EVENT_OLDEST_PENDING_AGE)
-            .fetch_one(&self.pool)
+            .fetch_one(&self.db)
             .await?;
         let stuck: i64 = sqlx::query_scalar(engine_sql::EVENT_COUNT_STUCK)
-            .fetch_one(&self.pool)
+            .fetch_one(&self.db)
             .await?;
         let buckets: Vec<(i32, i64)> = sqlx::query_as(sql::STATUS_DONE_PER_MINUTE)
             .bind(i32::try_from(minutes).unwrap_or(i32::MAX))
-            .fetch_all(&self.pool)
+            .fetch_all(&self.db)
             .await?;
         Ok(StatusReport {
             counts,
@@ -213,7 +213,7 @@ impl Admin for PostgresStore {
             .bind(filter.kind.as_deref())
             .bind(filter.since.map(|since| since.as_secs_f64()))
             .bind(i64::from(filter.limit))
-            .fetch_all(&self.pool)
+            .fetch_all(&self.db)
             .await?;
         records(rows)
     }
@@ -233,7 +233,7 @@ impl Admin for PostgresStore {
         let rows = sqlx::query(sql::EVENT_BY_DEDUP_KEY)
             .bind(id)
             .bind(source)
-            .fetch_all(&self.pool)
+            .fetch_all(&self.db)
             .await?;
         records(rows)
     }
@@ -241,7 +241,7 @@ impl Admin for PostgresStore {
     async fn audit_list(&self, event_seq: i64) -> Result<Vec<AuditEntry>, StoreError> {
         sqlx::query(sql::AUDIT_LIST)
             .bind(event_seq)
-            .fetch_all(&self.pool)
+            .fetch_all(&self.db)
             .await?
             .iter()
             .map(audit_from_row)
@@ -251,7 +251,7 @@ impl Admin for PostgresStore {
     async fn event_plan(&self, event_seq: i64) -> Result<Option<serde_json::Value>, StoreError> {
         let plan: Option<String> = sqlx::query_scalar(sql::EVENT_PLAN)
             .bind(event_seq)
-            .fetch_optional(&self.pool)
+            .fetch_optional(&self.db)
             .await?;
         plan.map(|plan| decode::json(&plan, "stored plan"))
             .transpose()
@@ -260,14 +260,14 @@ impl Admin for PostgresStore {
     async fn event_key_slots(&self, event_seq: i64) -> Result<Option<KeySlots>, StoreError> {
         let key: Option<(String, i32)> = sqlx::query_as(sql::EVENT_KEY)
             .bind(event_seq)
-            .fetch_optional(&self.pool)
+            .fetch_optional(&self.db)
             .await?;
         let Some((key, limit)) = key else {
             return Ok(None);
         };
         let holders: Vec<(i64, String)> = sqlx::query_as(sql::KEY_HOLDERS)
             .bind(&key)
-            .fetch_all(&self.pool)
+            .fetch_all(&self.db)
             .await?;
         Ok(Some(KeySlots {
             key,
@@ -281,7 +281,7 @@ impl Admin for PostgresStore {
         event_seq: i64,
         decide: &Decide<'_>,
     ) -> Result<EventRecord, TransitionError> {
-        let mut tx = self.pool.begin().await?;
+        let mut tx = self.db.begin().await?;
         let found = Self::lock_event(&mut tx, event_seq).await?;
         let verdict = decide(&found).map_err(TransitionError::Declined)?;
         let record = Self::apply(&mut tx, &found, &verdict.decision).await?;
@@ -299,7 +299,7 @@ impl Admin for PostgresStore {
             .bind(prune.include_dead)
             .bind(i64::from(prune.batch))
             .bind(prune.dedup_window.as_secs_f64())
-            .fetch_one(&self.pool)
+            .fetch_one(&self.db)
             .await?;
         Ok(u64::try_from(pruned).unwrap_or(0))
     }
@@ -308,14 +308,12 @@ impl Admin for PostgresStore {
         let pruned: i64 = sqlx::query_scalar(sql::TOMBSTONE_PRUNE)
             .bind(dedup_window.as_secs_f64())
             .bind(i64::from(batch))
-            .fetch_one(&self.pool)
+            .fetch_one(&self.db)
             .await?;
         Ok(u64::try_from(pruned).unwrap_or(0))
     }
 
     async fn sources(&self) -> Result<Vec<String>, StoreError> {
-        Ok(sqlx::query_scalar(sql::SOURCES)
-            .fetch_all(&self.pool)
-            .await?)
+        Ok(sqlx::query_scalar(sql::SOURCES).fetch_all(&self.db).await?)
     }
 }

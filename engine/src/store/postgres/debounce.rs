@@ -14,7 +14,7 @@ impl PostgresStore {
         event: &EventInsert<'_>,
         debounce: &DebounceInsert<'_>,
     ) -> Result<InsertOutcome, StoreError> {
-        let mut tx = self.pool.begin().await?;
+        let mut tx = self.db.begin().await?;
         // Accepts of one key take turns; claims never wait on this lock.
         sqlx::query(sql::DEBOUNCE_LOCK)
             .bind(debounce.key)

@@ -21,6 +21,7 @@ use sqlx::{Connection, PgConnection};
 use tokio_util::sync::{CancellationToken, DropGuard};
 
 use super::hosts::{HostList, SessionAttrs};
+use super::pooler::Pooler;
 use crate::store::StoreError;
 
 /// How often the task checks that the pool's host still suits.
@@ -42,18 +43,27 @@ pub(super) struct Follower {
     _stop: Arc<DropGuard>,
 }
 
-/// A pool on the host of `url` that suits its `target_session_attrs`, and,
-/// when the URL names several hosts, the task that keeps it there.
+/// A pool on the host of `list` that suits its `target_session_attrs`, and,
+/// when the list names several hosts, the task that keeps it there.
+/// Through a transaction pooler, connections keep no statement cache
+/// (`pooler.rs`).
 pub(super) async fn connect(
-    url: &str,
+    list: HostList,
     pool_options: PgPoolOptions,
+    pooler: Pooler,
 ) -> Result<(PgPool, Option<Follower>), StoreError> {
-    let list = HostList::parse(url)?;
     let options = list
         .hosts
         .iter()
-        .map(|host| host.options())
-        .collect::<Result<Vec<_>, _>>()?;
+        .map(|host| {
+            let options = host.options()?;
+            Ok(if pooler.per_transaction() {
+                options.statement_cache_capacity(0)
+            } else {
+                options
+            })
+        })
+        .collect::<Result<Vec<_>, StoreError>>()?;
     if list.hosts.len() == 1 && list.attrs == SessionAttrs::Any {
         // One host, no condition: the pool as sqlx makes it.
         return Ok((pool_options.connect_with(options[0].clone()).await?, None));

@@ -4,13 +4,16 @@
 //! sqlx's options take one host, so the list is split here into one URL per
 //! host — the same user, database and parameters — and each is handed to
 //! sqlx's own parser. Written by hand rather than with the `url` crate, which
-//! refuses a host list. Only `target_session_attrs` is read here; everything
-//! else (passwords, `sslmode`, `application_name`…) stays sqlx's business.
+//! refuses a host list. Only tickmark's own parameters are read here and
+//! removed: `target_session_attrs`, `pooler` and `listen_url` (`pooler.rs`);
+//! everything else (passwords, `sslmode`, `application_name`…) stays sqlx's
+//! business.
 
 use std::str::FromStr;
 
 use sqlx::postgres::PgConnectOptions;
 
+use super::pooler::Pooler;
 use crate::store::StoreError;
 
 /// Which server a connection may use (`target_session_attrs`, as in libpq).
@@ -47,15 +50,19 @@ pub(super) struct HostList {
     pub(super) hosts: Vec<Host>,
     /// What each connection must find on its server.
     pub(super) attrs: SessionAttrs,
+    /// The URL's `pooler` parameter, if it has one.
+    pub(super) pooler: Option<Pooler>,
+    /// The URL's `listen_url` parameter (percent-decoded), if it has one.
+    pub(super) listen_url: Option<String>,
 }
 
 impl HostList {
     /// Split `url` into its hosts. A URL with one host (or none: a Unix
-    /// socket) comes back as it is, less `target_session_attrs`.
+    /// socket) comes back as it is, less tickmark's parameters.
     pub(super) fn parse(url: &str) -> Result<HostList, StoreError> {
-        let (without_attrs, attrs) = take_session_attrs(url)?;
+        let (without_attrs, params) = take_params(url)?;
         let Some(scheme_end) = without_attrs.find("://") else {
-            return Ok(HostList::one(without_attrs, attrs));
+            return Ok(HostList::one(without_attrs, params));
         };
         let authority_start = scheme_end + 3;
         let rest = &without_attrs[authority_start..];
@@ -68,7 +75,7 @@ impl HostList {
             None => ("", authority),
         };
         if !host_list.contains(',') {
-            return Ok(HostList::one(without_attrs, attrs));
+            return Ok(HostList::one(without_attrs, params));
         }
         let scheme_and_user = format!("{}{user_info}", &without_attrs[..authority_start]);
         let after = &rest[authority_len..];
@@ -88,40 +95,67 @@ impl HostList {
                 })
             })
             .collect::<Result<Vec<_>, _>>()?;
-        Ok(HostList { hosts, attrs })
+        Ok(HostList {
+            hosts,
+            attrs: params.attrs,
+            pooler: params.pooler,
+            listen_url: params.listen_url,
+        })
     }
 
-    fn one(url: String, attrs: SessionAttrs) -> HostList {
+    fn one(url: String, params: Params) -> HostList {
         HostList {
             hosts: vec![Host {
                 name: host_name(&url),
                 url,
             }],
-            attrs,
+            attrs: params.attrs,
+            pooler: params.pooler,
+            listen_url: params.listen_url,
         }
     }
 }
 
-/// The URL without its `target_session_attrs` parameter, and what it asked for.
-fn take_session_attrs(url: &str) -> Result<(String, SessionAttrs), StoreError> {
+/// tickmark's own parameters of a URL.
+struct Params {
+    attrs: SessionAttrs,
+    pooler: Option<Pooler>,
+    listen_url: Option<String>,
+}
+
+/// The URL without tickmark's parameters, and what they asked for.
+fn take_params(url: &str) -> Result<(String, Params), StoreError> {
+    let mut params = Params {
+        attrs: SessionAttrs::Any,
+        pooler: None,
+        listen_url: None,
+    };
     let Some((base, query)) = url.split_once('?') else {
-        return Ok((url.to_owned(), SessionAttrs::Any));
+        return Ok((url.to_owned(), params));
     };
     let (query, fragment) = match query.split_once('#') {
         Some((query, fragment)) => (query, Some(fragment)),
         None => (query, None),
     };
-    let mut attrs = SessionAttrs::Any;
     let mut kept = Vec::new();
     for pair in query.split('&') {
         match pair.split_once('=') {
             Some(("target_session_attrs", value)) => {
-                attrs = match value {
+                params.attrs = match value {
                     "any" => SessionAttrs::Any,
                     "read-write" | "primary" => SessionAttrs::ReadWrite,
                     other => return Err(unsupported_attrs(other)),
                 }
             }
+            Some(("pooler", value)) => {
+                params.pooler = Some(Pooler::parse(value).ok_or_else(|| {
+                    config_error(format!(
+                        "pooler={value} is not supported: use transaction (PgBouncer's \
+                         pool_mode = transaction), session, or none"
+                    ))
+                })?);
+            }
+            Some(("listen_url", value)) => params.listen_url = Some(percent_decode(value)?),
             _ if pair.is_empty() => {}
             _ => kept.push(pair),
         }
@@ -135,7 +169,31 @@ fn take_session_attrs(url: &str) -> Result<(String, SessionAttrs), StoreError> {
         out.push('#');
         out.push_str(fragment);
     }
-    Ok((out, attrs))
+    Ok((out, params))
+}
+
+/// `%XX` escapes decoded (a `listen_url` with `&`, `#` or `?` in it must be
+/// written escaped, as any URL parameter's value).
+fn percent_decode(value: &str) -> Result<String, StoreError> {
+    let bytes = value.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        if bytes[i] == b'%' {
+            let hex = value
+                .get(i + 1..i + 3)
+                .and_then(|hex| u8::from_str_radix(hex, 16).ok())
+                .ok_or_else(|| {
+                    config_error("listen_url has a `%` not followed by two hex digits".into())
+                })?;
+            out.push(hex);
+            i += 3;
+        } else {
+            out.push(bytes[i]);
+            i += 1;
+        }
+    }
+    String::from_utf8(out).map_err(|_| config_error("listen_url is not UTF-8 once decoded".into()))
 }
 
 /// `host:port` of a one-host URL, for logs (`local socket` when none).
@@ -236,6 +294,38 @@ mod tests {
             HostList::parse("postgres://u:p@h:1/db").unwrap().hosts[0].name,
             "h:1"
         );
+    }
+
+    #[test]
+    fn pooler_and_listen_url_are_read_and_removed() {
+        let list = HostList::parse(
+            "postgres://u@pgbouncer:6432/db?pooler=transaction&sslmode=disable\
+             &listen_url=postgres%3A%2F%2Fu%40db%3A5432%2Fdb%3Fsslmode%3Ddisable",
+        )
+        .unwrap();
+        assert_eq!(
+            urls(&list),
+            ["postgres://u@pgbouncer:6432/db?sslmode=disable"]
+        );
+        assert_eq!(list.pooler, Some(Pooler::Transaction));
+        assert_eq!(
+            list.listen_url.as_deref(),
+            Some("postgres://u@db:5432/db?sslmode=disable")
+        );
+        let list = HostList::parse("postgres://a,b/db?pooler=session").unwrap();
+        assert_eq!(urls(&list), ["postgres://a/db", "postgres://b/db"]);
+        assert_eq!(list.pooler, Some(Pooler::Session));
+        assert_eq!(HostList::parse("postgres://a/db").unwrap().pooler, None);
+        for (url, says) in [
+            (
+                "postgres://a/db?pooler=statement",
+                "pooler=statement is not supported",
+            ),
+            ("postgres://a/db?listen_url=%zz", "two hex digits"),
+        ] {
+            let error = HostList::parse(url).expect_err(url).to_string();
+            assert!(error.contains(says), "{url}: {error}");
+        }
     }
 
     #[test]

@@ -7,6 +7,8 @@ mod admin_sql;
 mod debounce;
 mod failover;
 mod hosts;
+mod isolation;
+mod pooler;
 mod sql;
 mod wait;
 
@@ -27,6 +29,8 @@ use crate::event::Event;
 use crate::store::group_commit::{copy_error, FlushFn, GroupCommit, Overlap};
 use crate::store::records::{OwnedEventInsert, OwnedMarkDone};
 use crate::store::transaction::Inner;
+use hosts::{HostList, SessionAttrs};
+pub use pooler::{PoolExecutor, Pooler};
 
 // `engine/migrations` is a symlink to the workspace's `migrations/`: one copy
 // of the SQL, which `cargo package` follows into the published crate.
@@ -61,6 +65,10 @@ impl Default for PostgresOptions {
 #[derive(Debug, Clone)]
 pub struct PostgresStore {
     pool: PgPool,
+    /// The pool, with how statements run on it (`pooler.rs`).
+    db: PoolExecutor,
+    /// Through a transaction pooler: where to `LISTEN`, if anywhere.
+    listen: Listen,
     channel: String,
     marks: Arc<GroupCommit<OwnedMarkDone, Result<bool, StoreError>>>,
     inserts: Arc<GroupCommit<OwnedEventInsert, Result<InsertOutcome, StoreError>>>,
@@ -80,14 +88,54 @@ impl PostgresStore {
     /// `postgres://user@host1:5432,host2:5432/db?target_session_attrs=read-write`.
     /// The pool then uses the host that accepts writes, and moves to the new
     /// primary after a failover, without a restart (docs/failover.md).
+    ///
+    /// Through PgBouncer in transaction mode, add `pooler=transaction`, and
+    /// for prompt wake-ups `listen_url=<a URL that bypasses the pooler,
+    /// percent-encoded>` (docs/deploying.md, "PgBouncer, transaction mode").
+    /// `pooler=session` is accepted and changes nothing.
     pub async fn connect_with(url: &str, options: PostgresOptions) -> Result<Self, StoreError> {
-        let pool_options = PgPoolOptions::new()
+        let list = HostList::parse(url)?;
+        let pooler = list.pooler.unwrap_or_default();
+        let listen_url = list.listen_url.clone();
+        let mut pool_options = PgPoolOptions::new()
             .max_connections(options.max_connections)
             .acquire_timeout(options.acquire_timeout);
-        let (pool, follower) = failover::connect(url, pool_options).await?;
+        if pooler.per_transaction() {
+            if list.hosts.len() > 1 || list.attrs != SessionAttrs::Any {
+                return Err(StoreError::Database(sqlx::Error::Configuration(
+                    "pooler=transaction takes the pooler's one address, without \
+                     target_session_attrs: following the primary is the pooler's job there"
+                        .into(),
+                )));
+            }
+        } else {
+            if listen_url.is_some() {
+                return Err(StoreError::Database(sqlx::Error::Configuration(
+                    "listen_url is for pooler=transaction: without it the store listens on \
+                     its own connections"
+                        .into(),
+                )));
+            }
+            // READ COMMITTED whatever the role's default (`isolation.rs`);
+            // through a transaction pooler a session setting would not stick,
+            // and every statement runs in a transaction that sets it.
+            pool_options = pool_options.after_connect(|conn, _| {
+                Box::pin(async move {
+                    sqlx::Executor::execute(conn, isolation::SESSION_DEFAULT).await?;
+                    Ok(())
+                })
+            });
+        }
+        let (pool, follower) = failover::connect(list, pool_options, pooler).await?;
+        let db = PoolExecutor::new(pool.clone(), pooler);
         let schema: String = sqlx::query_scalar("SELECT current_schema()")
-            .fetch_one(&pool)
+            .fetch_one(&db)
             .await?;
+        let listen = match (pooler.per_transaction(), listen_url) {
+            (false, _) => Listen::Pool,
+            (true, Some(url)) => Listen::Direct(url),
+            (true, None) => Listen::Nowhere,
+        };
         // One channel per schema, so that schemas sharing a database (tests,
         // tenants) do not wake each other's workers.
         let channel = format!("tickmark:{schema}");
@@ -97,7 +145,7 @@ impl PostgresStore {
                 Overlap::SideBySide,
                 MAX_INSERT_BATCH,
                 INSERT_QUEUE,
-                insert_many(pool.clone(), channel.clone()),
+                insert_many(db.clone(), channel.clone()),
             )),
             marks: Arc::new(GroupCommit::start(
                 MARK_FLUSHERS,
@@ -106,9 +154,11 @@ impl PostgresStore {
                 },
                 MAX_MARK_BATCH,
                 MARK_QUEUE,
-                mark_many(pool.clone()),
+                mark_many(db.clone()),
             )),
             pool,
+            db,
+            listen,
             channel,
             _follower: follower,
         };
@@ -117,13 +167,23 @@ impl PostgresStore {
     }
 
     /// The pool, for the application's own queries on the same database.
+    /// Through a transaction pooler (`pooler=transaction`) use
+    /// [`executor`](Self::executor) instead: sqlx's statements on the bare
+    /// pool break there.
     pub fn pool(&self) -> &PgPool {
         &self.pool
     }
 
+    /// The pool as an executor that is also safe through a transaction
+    /// pooler (each statement alone in a transaction, `begin` for more):
+    /// for the application's own queries on the same database.
+    pub fn executor(&self) -> &PoolExecutor {
+        &self.db
+    }
+
     /// Mark `lease`'s step done on `conn` (the caller commits).
-    async fn mark_done_on(
-        conn: &mut sqlx::PgConnection,
+    async fn mark_done_on<'c>(
+        conn: impl sqlx::Executor<'c, Database = sqlx::Postgres>,
         mark: &MarkDone<'_>,
     ) -> Result<u64, StoreError> {
         let result = sqlx::query(sql::STEP_MARK_DONE)
@@ -142,8 +202,8 @@ impl PostgresStore {
     }
 
     /// Record a failed attempt of `lease`'s step on `conn` (the caller commits).
-    async fn mark_failed_on(
-        conn: &mut sqlx::PgConnection,
+    async fn mark_failed_on<'c>(
+        conn: impl sqlx::Executor<'c, Database = sqlx::Postgres>,
         mark: &MarkFailed<'_>,
     ) -> Result<u64, StoreError> {
         let (dead, retry_in) = match mark.then {
@@ -179,11 +239,28 @@ impl PostgresStore {
             .bind(position)
             .bind(lease.token)
             .bind(state)
-            .fetch_optional(&self.pool)
+            .fetch_optional(&self.db)
             .await?;
         decode::confirmed(applied.is_some(), lease)
     }
 }
+
+/// Where the store `LISTEN`s for accepted events.
+#[derive(Debug, Clone)]
+enum Listen {
+    /// On a connection of the pool (a direct connection, or a session pooler).
+    Pool,
+    /// Through a transaction pooler: on a connection of its own to this URL,
+    /// which bypasses the pooler.
+    Direct(String),
+    /// Through a transaction pooler without a `listen_url`: nowhere; the
+    /// workers poll (`WorkerConfig::poll_every`).
+    Nowhere,
+}
+
+/// Migrations through a transaction pooler take turns, until commit.
+const MIGRATE_LOCK: &str =
+    "SELECT pg_advisory_xact_lock(hashtextextended('tickmark.migrate:' || current_schema(), 0))";
 
 /// Concurrent accepts share a commit (and one NOTIFY).
 const INSERT_FLUSHERS: usize = 2;
@@ -196,11 +273,11 @@ const INSERT_QUEUE: usize = 2 * MAX_INSERT_BATCH;
 /// Insert a batch of events in one statement, then undo those a tombstone
 /// refuses, in one transaction; each answer is New or Duplicate.
 fn insert_many(
-    pool: PgPool,
+    db: PoolExecutor,
     channel: String,
 ) -> FlushFn<OwnedEventInsert, Result<InsertOutcome, StoreError>> {
     Arc::new(move |events: Vec<OwnedEventInsert>| {
-        let pool = pool.clone();
+        let db = db.clone();
         let channel = channel.clone();
         Box::pin(async move {
             // Sorted by key: concurrent batches wait on the unique index in one order.
@@ -211,7 +288,7 @@ fn insert_many(
             });
             let rows: Vec<&OwnedEventInsert> = order.iter().map(|&i| &events[i]).collect();
             let result = async {
-                let mut tx = pool.begin().await?;
+                let mut tx = db.begin().await?;
                 let mut inserted: Vec<(i64, String, String)> =
                     sqlx::query_as(sql::EVENT_INSERT_MANY)
                         .bind(rows.iter().map(|e| e.source.as_str()).collect::<Vec<_>>())
@@ -321,9 +398,9 @@ const MARK_QUEUE: usize = 4 * MAX_MARK_BATCH;
 
 /// Write a batch of marks in one statement; each answer says whether that
 /// mark was applied (false: its lease was not held — the caller checks why).
-fn mark_many(pool: PgPool) -> FlushFn<OwnedMarkDone, Result<bool, StoreError>> {
+fn mark_many(db: PoolExecutor) -> FlushFn<OwnedMarkDone, Result<bool, StoreError>> {
     Arc::new(move |mut marks: Vec<OwnedMarkDone>| {
-        let pool = pool.clone();
+        let db = db.clone();
         Box::pin(async move {
             // One lock order for every batch: by event.
             let mut order: Vec<usize> = (0..marks.len()).collect();
@@ -344,7 +421,7 @@ fn mark_many(pool: PgPool) -> FlushFn<OwnedMarkDone, Result<bool, StoreError>> {
                             .map(|m| m.output_json.as_str())
                             .collect::<Vec<_>>(),
                     )
-                    .fetch_all(&pool)
+                    .fetch_all(&db)
                     .await;
             match result {
                 Ok(applied) => marks
@@ -421,7 +498,19 @@ impl Store for PostgresStore {
     }
 
     async fn migrate(&self) -> Result<(), StoreError> {
-        MIGRATOR.run(&self.pool).await?;
+        if !self.db.pinned() {
+            MIGRATOR.run(&self.pool).await?;
+            return Ok(());
+        }
+        // Through a transaction pooler: in one transaction, which holds one
+        // server connection for sqlx's session lock and its statements;
+        // each migration is a savepoint in it. The transaction's own lock
+        // makes a second process wait for this one's commit, not just for
+        // its unlock, before it reads which migrations are applied.
+        let mut tx = self.db.begin().await?;
+        sqlx::query(MIGRATE_LOCK).execute(&mut *tx).await?;
+        MIGRATOR.run_direct(&mut *tx).await?;
+        tx.commit().await?;
         Ok(())
     }
 
@@ -443,7 +532,7 @@ impl Store for PostgresStore {
             .bind(seconds(params.lease_for))
             .bind(params.skip_sources)
             .bind(params.skip_kinds)
-            .fetch_all(&self.pool)
+            .fetch_all(&self.db)
             .await?;
         rows.iter()
             .map(|row| {
@@ -481,7 +570,7 @@ impl Store for PostgresStore {
             .bind(&seqs)
             .bind(&tokens)
             .bind(seconds(lease_for))
-            .fetch_all(&self.pool)
+            .fetch_all(&self.db)
             .await?)
     }
 
@@ -495,7 +584,7 @@ impl Store for PostgresStore {
             .bind(release.snoozed)
             .bind(release.note)
             .bind(release.throttled_by)
-            .execute(&self.pool)
+            .execute(&self.db)
             .await?;
         decode::lease_kept(result.rows_affected(), lease)
     }
@@ -506,7 +595,7 @@ impl Store for PostgresStore {
             .bind(take.bucket)
             .bind(refill_us)
             .bind(burst)
-            .fetch_optional(&self.pool)
+            .fetch_optional(&self.db)
             .await?;
         if taken.is_some() {
             return Ok(RateTaken::Granted);
@@ -515,7 +604,7 @@ impl Store for PostgresStore {
             .bind(take.bucket)
             .bind(refill_us)
             .bind(burst)
-            .fetch_optional(&self.pool)
+            .fetch_optional(&self.db)
             .await?;
         Ok(decode::rate_waiting(wake_in_us.unwrap_or(0)))
     }
@@ -535,7 +624,7 @@ impl Store for PostgresStore {
             .bind(lease.token)
             .bind(fraction)
             .bind(message)
-            .execute(&self.pool)
+            .execute(&self.db)
             .await?;
         decode::lease_kept(result.rows_affected(), lease)
     }
@@ -551,7 +640,7 @@ impl Store for PostgresStore {
             .bind(resource_key)
             .bind(resource_seq)
             .bind(lease.token)
-            .fetch_one(&self.pool)
+            .fetch_one(&self.db)
             .await?;
         if applied > 0 {
             return Ok(SequenceCheck::Apply);
@@ -562,7 +651,7 @@ impl Store for PostgresStore {
             .bind(lease.event_seq)
             .bind(lease.token)
             .bind(reason)
-            .execute(&self.pool)
+            .execute(&self.db)
             .await?;
         decode::lease_kept(result.rows_affected(), lease)?;
         Ok(SequenceCheck::Stale { last_seq })
@@ -573,48 +662,48 @@ impl Store for PostgresStore {
             .bind(lease.event_seq)
             .bind(lease.token)
             .bind(reason)
-            .execute(&self.pool)
+            .execute(&self.db)
             .await?;
         decode::lease_kept(result.rows_affected(), lease)
     }
 
     async fn event_next_due(&self) -> Result<Option<Duration>, StoreError> {
         let seconds: Option<f64> = sqlx::query_scalar(sql::EVENT_NEXT_DUE)
-            .fetch_optional(&self.pool)
+            .fetch_optional(&self.db)
             .await?;
         Ok(seconds.map(|s| Duration::from_secs_f64(s.max(0.0))))
     }
 
     async fn event_count_active(&self) -> Result<i64, StoreError> {
         Ok(sqlx::query_scalar(sql::EVENT_COUNT_ACTIVE)
-            .fetch_one(&self.pool)
+            .fetch_one(&self.db)
             .await?)
     }
 
     async fn event_counts(&self) -> Result<EventCounts, StoreError> {
         let rows: Vec<(String, Option<String>, Option<String>, i64)> =
             sqlx::query_as(sql::EVENT_COUNT_BY_STATE)
-                .fetch_all(&self.pool)
+                .fetch_all(&self.db)
                 .await?;
         let age: Option<f64> = sqlx::query_scalar(sql::EVENT_OLDEST_PENDING_AGE)
-            .fetch_one(&self.pool)
+            .fetch_one(&self.db)
             .await?;
         Ok(EventCounts {
             by_state: decode::counts_by_state(&rows)?,
             superseded: decode::superseded_by_handler(&rows),
             oldest_pending_age: age.map(|s| Duration::from_secs_f64(s.max(0.0))),
             stuck: sqlx::query_scalar(sql::EVENT_COUNT_STUCK)
-                .fetch_one(&self.pool)
+                .fetch_one(&self.db)
                 .await?,
             waiting: sqlx::query_scalar(sql::EVENT_COUNT_WAITING)
-                .fetch_one(&self.pool)
+                .fetch_one(&self.db)
                 .await?,
         })
     }
 
     async fn plans_unfinished(&self) -> Result<Vec<PlanGroup>, StoreError> {
         let rows: Vec<(String, i64, i64)> = sqlx::query_as(sql::PLANS_UNFINISHED)
-            .fetch_all(&self.pool)
+            .fetch_all(&self.db)
             .await?;
         Ok(rows
             .into_iter()
@@ -629,7 +718,7 @@ impl Store for PostgresStore {
     async fn event_get(&self, event_seq: i64) -> Result<Option<EventRecord>, StoreError> {
         sqlx::query(sql::EVENT_GET)
             .bind(event_seq)
-            .fetch_optional(&self.pool)
+            .fetch_optional(&self.db)
             .await?
             .as_ref()
             .map(record_from_row)
@@ -644,7 +733,7 @@ impl Store for PostgresStore {
         sqlx::query(sql::EVENT_FIND)
             .bind(source)
             .bind(dedup_key)
-            .fetch_optional(&self.pool)
+            .fetch_optional(&self.db)
             .await?
             .as_ref()
             .map(record_from_row)
@@ -659,7 +748,7 @@ impl Store for PostgresStore {
         sqlx::query(sql::EVENT_FIND_BY_REPLAY_KEY)
             .bind(source)
             .bind(replay_key)
-            .fetch_optional(&self.pool)
+            .fetch_optional(&self.db)
             .await?
             .as_ref()
             .map(record_from_row)
@@ -672,13 +761,13 @@ impl Store for PostgresStore {
     ) -> Result<Vec<(i32, serde_json::Value)>, StoreError> {
         let rows: Vec<(i32, Option<String>)> = sqlx::query_as(sql::STEP_OUTPUTS)
             .bind(event_seq)
-            .fetch_all(&self.pool)
+            .fetch_all(&self.db)
             .await?;
         decode::outputs(rows)
     }
 
     async fn step_transaction_begin(&self) -> Result<StepTransaction, StoreError> {
-        Ok(StepTransaction::postgres_from(self.pool.begin().await?))
+        Ok(StepTransaction::postgres_from(self.db.begin().await?))
     }
 
     async fn step_mark_done(
@@ -688,7 +777,7 @@ impl Store for PostgresStore {
     ) -> Result<(), StoreError> {
         let changed = match transaction.map(StepTransaction::into_inner) {
             Some(Inner::Postgres(mut transaction)) => {
-                let changed = Self::mark_done_on(&mut transaction, mark).await?;
+                let changed = Self::mark_done_on(&mut *transaction, mark).await?;
                 if changed == 0 {
                     // Dropping the transaction rolls the step's writes back.
                     return Err(StoreError::LeaseLost {
@@ -705,9 +794,7 @@ impl Store for PostgresStore {
                 ))
             }
             // A skipped branch is rare: its own statement, not the batch.
-            None if mark.skipped => {
-                Self::mark_done_on(&mut *self.pool.acquire().await?, mark).await?
-            }
+            None if mark.skipped => Self::mark_done_on(&self.db, mark).await?,
             None => u64::from(self.marks.submit(mark.to_owned_mark()).await??),
         };
         if changed == 0 {
@@ -718,8 +805,7 @@ impl Store for PostgresStore {
     }
 
     async fn step_mark_failed(&self, mark: &MarkFailed<'_>) -> Result<(), StoreError> {
-        let mut conn = self.pool.acquire().await?;
-        if Self::mark_failed_on(&mut conn, mark).await? == 0 {
+        if Self::mark_failed_on(&self.db, mark).await? == 0 {
             let state = match mark.then {
                 AfterFailure::Dead => "dead",
                 AfterFailure::RetryIn(_) => "failed",
@@ -732,7 +818,7 @@ impl Store for PostgresStore {
     async fn step_status(&self, event_seq: i64) -> Result<Vec<StepStatus>, StoreError> {
         sqlx::query(sql::STEP_STATUS)
             .bind(event_seq)
-            .fetch_all(&self.pool)
+            .fetch_all(&self.db)
             .await?
             .iter()
             .map(status_from_row)
@@ -740,7 +826,11 @@ impl Store for PostgresStore {
     }
 
     async fn wakeups(&self) -> Result<Wakeups, StoreError> {
-        let mut listener = PgListener::connect_with(&self.pool).await?;
+        let mut listener = match &self.listen {
+            Listen::Pool => PgListener::connect_with(&self.pool).await?,
+            Listen::Direct(url) => PgListener::connect(url).await?,
+            Listen::Nowhere => return Ok(Wakeups::none()),
+        };
         listener.listen(&self.channel).await?;
         Ok(Wakeups::postgres(listener))
     }

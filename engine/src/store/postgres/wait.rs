@@ -75,7 +75,7 @@ const WAIT_WAKE: &str = "
 impl PostgresStore {
     pub(super) async fn settle_wait(&self, wait: &WaitStep<'_>) -> Result<WaitSettled, StoreError> {
         let lease = wait.lease;
-        let mut tx = self.pool.begin().await?;
+        let mut tx = self.db.begin().await?;
         if let Some(key) = wait.key {
             sqlx::query(WAIT_LOCK).bind([key]).execute(&mut *tx).await?;
         }
@@ -106,7 +106,7 @@ impl PostgresStore {
             WaitDecision::Done { output, outcome } => {
                 let output_json = output.to_string();
                 let mark = wait.done_mark(&output_json, since, now);
-                if Self::mark_done_on(&mut tx, &mark).await? == 0 {
+                if Self::mark_done_on(&mut *tx, &mark).await? == 0 {
                     return Err(StoreError::LeaseLost {
                         event_seq: lease.event_seq,
                     });
@@ -115,7 +115,7 @@ impl PostgresStore {
             }
             WaitDecision::Dead => {
                 let mark = wait.dead_mark(since, now);
-                if Self::mark_failed_on(&mut tx, &mark).await? == 0 {
+                if Self::mark_failed_on(&mut *tx, &mark).await? == 0 {
                     return Err(StoreError::LeaseLost {
                         event_seq: lease.event_seq,
                     });
@@ -150,7 +150,7 @@ impl PostgresStore {
         &self,
         event: &EventInsert<'_>,
     ) -> Result<InsertOutcome, StoreError> {
-        let mut tx = self.pool.begin().await?;
+        let mut tx = self.db.begin().await?;
         let inserted: Option<i64> = sqlx::query_scalar(MATCHABLE_INSERT)
             .bind(event.source)
             .bind(event.dedup_key)
