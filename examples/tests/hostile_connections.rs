@@ -14,9 +14,10 @@
 //!     cargo test --release -p tickmark-examples --test hostile_connections -- --nocapture
 //! ```
 //!
-//! (`HOSTILE_MAX_CONNECTIONS` sets `--max-connections`; by default it is
-//! above the attack, so that every connection meets a timeout rather than
-//! the cap.)
+//! (`HOSTILE_MAX_CONNECTIONS` sets `--max-connections`, and
+//! `--max-connections-per-address` with it: every connection here comes from
+//! 127.0.0.1; by default it is above the attack, so that every connection
+//! meets a timeout rather than a cap.)
 
 #![cfg(target_os = "linux")]
 
@@ -66,6 +67,12 @@ impl App {
                 "--body-read-timeout",
                 &BODY_READ_TIMEOUT_SECS.to_string(),
                 "--max-connections",
+                &max_connections.to_string(),
+                // Attack and deliveries all come from 127.0.0.1: one client
+                // address, whose share is raised with the cap, so that every
+                // connection meets a timeout rather than a cap (the share has
+                // its own test: receiver_limits::*::one_address_cannot_hold_every_connection).
+                "--max-connections-per-address",
                 &max_connections.to_string(),
             ])
             .env("STRIPE_WEBHOOK_SECRET", SECRET)

@@ -6,9 +6,8 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use sqlx::postgres::PgPool;
 use sqlx::sqlite::SqlitePool;
-use tickmark::store::postgres::PostgresStore;
+use tickmark::store::postgres::{PoolExecutor, PostgresStore};
 use tickmark::store::sqlite::SqliteStore;
 use tickmark::{Store, StoreError};
 
@@ -28,8 +27,9 @@ const CREATE_TABLES: [&str; 2] = [
 /// A pool on the engine's database, for the app's own tables.
 #[derive(Debug, Clone)]
 pub enum AppDatabase {
-    /// On PostgreSQL.
-    Postgres(PgPool),
+    /// On PostgreSQL: the store's executor, which also works through a
+    /// transaction pooler (`?pooler=transaction`, docs/deploying.md).
+    Postgres(PoolExecutor),
     /// On SQLite.
     Sqlite(SqlitePool),
 }
@@ -43,8 +43,8 @@ pub async fn open(url: &str) -> Result<(Arc<dyn Store>, AppDatabase), StoreError
         (Arc::new(store), AppDatabase::Sqlite(pool))
     } else if url.starts_with("postgres:") || url.starts_with("postgresql:") {
         let store = PostgresStore::connect(url).await?;
-        let pool = store.pool().clone();
-        (Arc::new(store), AppDatabase::Postgres(pool))
+        let executor = store.executor().clone();
+        (Arc::new(store), AppDatabase::Postgres(executor))
     } else {
         return Err(StoreError::UnsupportedUrl(
             tickmark::redact_url(url).into_owned(),
