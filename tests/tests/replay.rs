@@ -41,6 +41,18 @@ fn with_generic_header_id(receiver: Receiver) -> Receiver {
     all_sources(receiver).source(GENERIC_HEADER_ID, GenericHmac::new(config).unwrap())
 }
 
+/// Every source, the generic one with its id in a header among them, on a
+/// fresh database: `None` when PostgreSQL tests are skipped.
+async fn harness(backend: Backend, transport: Transport) -> Option<Harness> {
+    Harness::new(
+        backend,
+        transport,
+        record_everything(),
+        with_generic_header_id,
+    )
+    .await
+}
+
 /// The sources under test, and how each puts its id in a header.
 #[derive(Debug, Clone, Copy)]
 enum Source {
@@ -134,14 +146,7 @@ async fn a_replay_with_a_fresh_id_is_a_duplicate(
     backend: Backend,
     transport: Transport,
 ) {
-    let Some(h) = Harness::new(
-        backend,
-        transport,
-        record_everything(),
-        with_generic_header_id,
-    )
-    .await
-    else {
+    let Some(h) = harness(backend, transport).await else {
         return;
     };
     let captured = source.delivery("evt_original", "first order");
@@ -210,14 +215,7 @@ async fn a_replay_with_a_fresh_id_is_a_duplicate(
 /// one is new, the others duplicates, one event runs. Both keys are decided
 /// by the one insert, atomically.
 async fn concurrent_replays_record_one_event(backend: Backend, transport: Transport) {
-    let Some(h) = Harness::new(
-        backend,
-        transport,
-        record_everything(),
-        with_generic_header_id,
-    )
-    .await
-    else {
+    let Some(h) = harness(backend, transport).await else {
         return;
     };
     let h = std::sync::Arc::new(h);
@@ -280,14 +278,7 @@ async fn a_captured_body_under_other_kinds_is_one_event(
     backend: Backend,
     transport: Transport,
 ) {
-    let Some(h) = Harness::new(
-        backend,
-        transport,
-        record_everything(),
-        with_generic_header_id,
-    )
-    .await
-    else {
+    let Some(h) = harness(backend, transport).await else {
         return;
     };
     let kind_header = match source {
