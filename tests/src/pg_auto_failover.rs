@@ -548,7 +548,11 @@ impl Formation {
                 index + 1
             )));
         }
-        let status = std::process::Command::new("kill")
+        // `kill` fails when any one target is gone already: a backend that
+        // exited between the listing and the kill (connections come and go
+        // all the time mid-stream). That is no failure to kill the node;
+        // what proves the kill is the port going quiet, waited for below.
+        let _ = std::process::Command::new("kill")
             .arg("-KILL")
             .arg("--")
             .args(&targets)
@@ -556,9 +560,6 @@ impl Formation {
             .stderr(Stdio::null())
             .status()?;
         let killed_at = Instant::now();
-        if !status.success() {
-            return Err(io::Error::other(format!("kill -KILL {targets:?} failed")));
-        }
         if let Some(mut process) = node.process.take() {
             let _ = process.wait().await;
         }
