@@ -7,7 +7,7 @@ use crate::handler::{ConfigError, Handlers, Registry};
 use crate::inbox::{self, Accepted};
 use crate::metrics::Metrics;
 use crate::resources::Resources;
-use crate::runner::{Worker, WorkerConfig, WorkerConfigError};
+use crate::runner::{AloneGate, Worker, WorkerConfig, WorkerConfigError};
 use crate::store::{StepTransaction, Store, StoreError};
 
 /// Accepts events into the inbox and makes workers that run them.
@@ -19,6 +19,8 @@ pub struct Engine {
     registry: Arc<Registry>,
     resources: Resources,
     metrics: Arc<Metrics>,
+    /// One per engine, shared by its workers: a crash takes them all.
+    alone_gate: Arc<AloneGate>,
 }
 
 impl Engine {
@@ -30,6 +32,7 @@ impl Engine {
             registry: Arc::new(handlers.compile()?),
             resources: Resources::default(),
             metrics: Arc::new(Metrics::default()),
+            alone_gate: Arc::new(AloneGate::default()),
         })
     }
 
@@ -58,6 +61,7 @@ impl Engine {
             Arc::clone(&self.registry),
             self.resources.clone(),
             Arc::clone(&self.metrics),
+            Arc::clone(&self.alone_gate),
             config,
         ))
     }

@@ -79,6 +79,8 @@ struct Facts {
     current_token: HashMap<i64, Option<i64>>,
     /// When each event's current lease expires, as granted.
     lease_until: HashMap<i64, DateTime<Utc>>,
+    /// How each event's current lease was claimed, for the blame check.
+    last_claim: HashMap<i64, Charge>,
     /// The journal entry at which each (event, position) was first marked done.
     marked_done: HashMap<(i64, i32), u64>,
     starts: Vec<StepStart>,
@@ -88,6 +90,18 @@ struct Facts {
     new_answers: BTreeMap<String, u32>,
     /// Per ordered account, the sequences whose first step started, in order.
     ordered_runs: BTreeMap<String, Vec<i64>>,
+}
+
+/// How a claim leased an event: what the blame check compares at a takeover.
+#[derive(Debug, Clone, Copy)]
+pub struct Charge {
+    /// Claimed alone (the claimer held nothing else).
+    pub alone: bool,
+    /// The attempts charged to it after the claim (runs interrupted beside
+    /// other events are not).
+    pub charged: i32,
+    /// The step it was claimed at.
+    pub next_step: i32,
 }
 
 /// The run's journal, shared by the simulation's tasks.
@@ -149,16 +163,51 @@ impl Journal {
 
     /// A claim leased `seq` with `token` until `until`; `took_over` says it
     /// took an earlier lease over, which must have expired.
-    pub fn claimed(&self, seq: i64, token: i64, until: DateTime<Utc>, took_over: bool) {
+    ///
+    /// Exact blame: a takeover charges an attempt only if the lost lease was
+    /// claimed alone; one claimed beside others is refunded (the charged
+    /// attempts stay what that claim made them, or 1 if a mark moved the
+    /// event on).
+    pub fn claimed(
+        &self,
+        seq: i64,
+        token: i64,
+        until: DateTime<Utc>,
+        took_over: bool,
+        charge: Charge,
+    ) {
         let now = self.now();
-        let live = self.with(|facts| {
+        let (live, misblamed) = self.with(|facts| {
             let previous = facts.lease_until.insert(seq, until);
+            let operator_changed = matches!(facts.current_token.get(&seq), Some(None));
             facts.current_token.insert(seq, Some(token));
-            previous.filter(|expiry| took_over && *expiry > now)
+            let lost = facts.last_claim.insert(seq, charge);
+            let misblamed = lost
+                .filter(|_| took_over && !operator_changed)
+                .and_then(|lost| {
+                    let base = if lost.next_step == charge.next_step {
+                        lost.charged
+                    } else {
+                        1
+                    };
+                    let expected = base + i32::from(lost.alone);
+                    (charge.charged != expected).then_some((lost, expected))
+                });
+            (
+                previous.filter(|expiry| took_over && *expiry > now),
+                misblamed,
+            )
         });
         if let Some(expiry) = live {
             self.violation(format!(
                 "event {seq}: a claim took over a lease that was still live (until {expiry}, now {now})"
+            ));
+        }
+        if let Some((lost, expected)) = misblamed {
+            let how = if lost.alone { "alone" } else { "beside others" };
+            self.violation(format!(
+                "blame: event {seq}'s lease, claimed {how} with {} attempt(s) charged, was taken over with {} charged instead of {expected}",
+                lost.charged, charge.charged
             ));
         }
     }

@@ -22,7 +22,7 @@ use tickmark::store::{
 
 use crate::db::DbThread;
 use crate::dice::Dice;
-use crate::journal::{Fault, Journal};
+use crate::journal::{Charge, Fault, Journal};
 use crate::process::{FaultSwitch, ProcessState};
 use crate::variant::Variant;
 
@@ -283,6 +283,14 @@ impl Store for SimStore {
                 );
                 let _ = self.world.db.block(expire.execute(self.inner.pool()));
             }
+            if self.world.variant == Variant::ChargesTheBatch {
+                // Broken on purpose: every lease looks claimed alone, so a
+                // takeover charges every event a dead worker held.
+                let alone = sqlx::query(
+                    "UPDATE tickmark_events SET claimed_alone = 1 WHERE state = 'running'",
+                );
+                let _ = self.world.db.block(alone.execute(self.inner.pool()));
+            }
             self.inner.event_claim_many(params)
         };
         let until = || self.lease_until(params.lease_for);
@@ -306,8 +314,18 @@ impl Store for SimStore {
             |claimed, _| {
                 let until = until();
                 for c in claimed {
-                    self.journal()
-                        .claimed(c.lease.event_seq, c.lease.token, until, c.took_over);
+                    let charge = Charge {
+                        alone: params.alone,
+                        charged: c.charged_attempt(),
+                        next_step: c.next_step,
+                    };
+                    self.journal().claimed(
+                        c.lease.event_seq,
+                        c.lease.token,
+                        until,
+                        c.took_over,
+                        charge,
+                    );
                 }
             },
         )
@@ -428,6 +446,11 @@ impl Store for SimStore {
     async fn event_next_due(&self) -> Result<Option<Duration>, StoreError> {
         self.before("next due", true).await?;
         self.world.db.block(self.inner.event_next_due())
+    }
+
+    async fn event_suspect_waits(&self) -> Result<Option<Duration>, StoreError> {
+        self.before("suspect waits", true).await?;
+        self.world.db.block(self.inner.event_suspect_waits())
     }
 
     async fn event_count_active(&self) -> Result<i64, StoreError> {

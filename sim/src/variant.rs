@@ -16,14 +16,19 @@ pub enum Variant {
     /// A transactional step whose effect commits on its own, before the
     /// step's mark and outside the engine's transaction.
     EffectCommitsApart,
+    /// A takeover that charges every event a dead worker held, not only the
+    /// one it held alone: before each claim, the simulator makes every
+    /// running lease look claimed alone.
+    ChargesTheBatch,
 }
 
 impl Variant {
     /// Every broken variant.
-    pub const BROKEN: [Variant; 3] = [
+    pub const BROKEN: [Variant; 4] = [
         Variant::MarkIgnoresFence,
         Variant::ClaimIgnoresExpiry,
         Variant::EffectCommitsApart,
+        Variant::ChargesTheBatch,
     ];
 
     /// Its name on the command line.
@@ -33,6 +38,7 @@ impl Variant {
             Variant::MarkIgnoresFence => "mark-ignores-fence",
             Variant::ClaimIgnoresExpiry => "claim-ignores-expiry",
             Variant::EffectCommitsApart => "effect-commits-apart",
+            Variant::ChargesTheBatch => "charges-the-batch",
         }
     }
 }

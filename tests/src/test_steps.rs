@@ -339,3 +339,39 @@ impl Step for SnoozeOnce {
         Ok(serde_json::json!({ "attempt": ctx.attempt() }))
     }
 }
+
+/// A poison step: it records its run, then SIGKILLs the worker process it
+/// runs in, every time. It only ever kills the test worker binary
+/// (`tickmark-test-worker`); anywhere else it is a terminal failure, so a
+/// test process never kills itself.
+#[derive(Debug, Serialize, Deserialize)]
+pub struct KillWorker;
+
+#[typetag::serde(name = "test_kill_worker")]
+#[async_trait::async_trait]
+impl Step for KillWorker {
+    async fn run(&self, ctx: &mut StepContext<'_>) -> StepResult {
+        if !in_test_worker() {
+            return Err(StepError::terminal(
+                "test_kill_worker only kills the test worker process",
+            ));
+        }
+        record(ctx).await?;
+        let killed = std::process::Command::new("kill")
+            .args(["-KILL", &std::process::id().to_string()])
+            .status();
+        // SIGKILL ends the process before `kill` returns here; if it could
+        // not be sent, fail instead of running on.
+        Err(StepError::terminal(format!(
+            "could not SIGKILL the worker: {killed:?}"
+        )))
+    }
+}
+
+/// Whether this process is the test worker binary (`tickmark-test-worker`).
+fn in_test_worker() -> bool {
+    std::env::current_exe()
+        .ok()
+        .and_then(|exe| exe.file_name().map(|n| n.to_string_lossy().into_owned()))
+        .is_some_and(|name| name.starts_with("tickmark-test-worker"))
+}

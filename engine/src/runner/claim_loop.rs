@@ -2,6 +2,16 @@
 //! then wait — for room under a backlog, or for a wake-up or the next due
 //! time when idle — until shutdown; then give back what never started and
 //! let running steps finish within the grace period.
+//!
+//! Exact blame for crashes (docs/guarantees.md): while events are quick a
+//! worker claims far ahead of its slots, and a lease it loses that way is
+//! refunded, not charged (the crash is not known to be that event's). A
+//! *suspect* (an event lost twice in a batch, or once while held alone) is
+//! taken over only by a claim alone: by a worker of an engine holding
+//! nothing, which then claims nothing else until that event ends, so a
+//! crash meanwhile is that event's own and is charged. A busy worker that
+//! learns a suspect waits (a check every heartbeat interval) stops claiming
+//! until it is empty, then claims alone, one suspect after another.
 
 use std::collections::VecDeque;
 use std::sync::Arc;
@@ -14,7 +24,7 @@ use tracing::Instrument;
 
 use super::event_task::{hold_event, report_panic, start_event, HeldEvent};
 use super::shared::RunnerShared;
-use crate::store::{ClaimParams, Release, Store, Wakeups};
+use crate::store::{ClaimParams, Release, Store, StoreError, Wakeups};
 
 /// Shortest nap between claims when rows are due but none could be taken
 /// (another worker's claim holds them for a moment).
@@ -24,10 +34,26 @@ const MIN_NAP: Duration = Duration::from_millis(10);
 /// free slots before claiming fewer.
 const BATCH_WINDOW: Duration = Duration::from_millis(20);
 
+/// How long a worker waits before trying again while another worker of its
+/// engine runs an event alone.
+const ALONE_NAP: Duration = Duration::from_millis(50);
+
 /// Whether the loop goes on.
 enum Flow {
     Continue,
     Stop,
+}
+
+/// What the worker claims next.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Mode {
+    /// Batches of pending events (and expired batch leases on their second chance).
+    Batch,
+    /// A suspect waits: claim nothing until empty, then claim it alone.
+    Draining,
+    /// An event claimed alone is in hand: claim nothing else until it ends,
+    /// then the next suspect.
+    Alone,
 }
 
 /// The state of one worker's claim loop.
@@ -41,6 +67,17 @@ pub(super) struct ClaimLoop {
     /// Whether the last claim filled its batch, so more is probably due.
     backlog: bool,
     last_claim: Instant,
+    mode: Mode,
+    /// This worker is counted as holding a batch in the engine's gate.
+    in_batch: bool,
+    /// This worker holds the engine's gate alone.
+    alone: bool,
+    /// When this worker last asked whether a suspect waits.
+    suspects_checked: Instant,
+    /// A suspect waits that this busy worker leaves to others: its due time
+    /// says nothing of work for this worker's batch claims, so idle naps are
+    /// not cut short by it.
+    suspect_waits: bool,
 }
 
 impl ClaimLoop {
@@ -53,6 +90,11 @@ impl ClaimLoop {
             claim_failures: 0,
             backlog: false,
             last_claim: Instant::now(),
+            mode: Mode::Batch,
+            in_batch: false,
+            alone: false,
+            suspects_checked: Instant::now(),
+            suspect_waits: false,
         }
     }
 
@@ -77,20 +119,175 @@ impl ClaimLoop {
                 self.wakeups = subscribe(self.shared.store.as_ref()).await;
             }
             self.start_ready();
+            if self.is_empty() && self.in_batch {
+                self.shared.gate.released();
+                self.in_batch = false;
+            }
 
-            let flow = match self.claim_size() {
-                Some(limit) => match self.claim(limit).await {
-                    Ok(true) => Flow::Continue,
-                    Ok(false) => self.wait(shutdown).await,
-                    Err(wait) => sleep_unless(shutdown, wait).await,
-                },
-                None => self.wait(shutdown).await,
+            let flow = match self.mode {
+                Mode::Draining | Mode::Alone if !self.is_empty() => {
+                    self.wait_for_a_task(shutdown).await
+                }
+                Mode::Draining | Mode::Alone => self.next_suspect(shutdown).await,
+                Mode::Batch => self.batch_turn(shutdown).await,
             };
             if let Flow::Stop = flow {
                 break;
             }
         }
+        let (gate, alone, in_batch) = (Arc::clone(&self.shared.gate), self.alone, self.in_batch);
         self.shut_down().await;
+        if alone {
+            gate.alone_ended();
+        }
+        if in_batch {
+            gate.released();
+        }
+    }
+
+    /// Claim a batch if there is room (after an empty claim by an empty
+    /// worker, a suspect alone), else wait.
+    async fn batch_turn(&mut self, shutdown: &CancellationToken) -> Flow {
+        self.check_suspects().await;
+        if self.mode == Mode::Draining {
+            return Flow::Continue;
+        }
+        let Some(limit) = self.claim_size() else {
+            return self.wait(shutdown).await;
+        };
+        if !self.in_batch {
+            if !self.shared.gate.enter_batch() {
+                // Another worker of this engine runs an event alone.
+                return sleep_unless(shutdown, ALONE_NAP).await;
+            }
+            self.in_batch = true;
+        }
+        match self.claim(limit).await {
+            Ok(claimed) if claimed == limit as usize => Flow::Continue,
+            Ok(0) if self.is_empty() => {
+                self.shared.gate.released();
+                self.in_batch = false;
+                match self.next_suspect(shutdown).await {
+                    Flow::Continue if self.mode == Mode::Batch => self.wait(shutdown).await,
+                    flow => flow,
+                }
+            }
+            Ok(_) => self.wait(shutdown).await,
+            Err(wait) => sleep_unless(shutdown, wait).await,
+        }
+    }
+
+    /// With nothing in hand, claim the next suspect alone and run it alone
+    /// (mode `Alone`); none (or the engine's gate taken): back to batches.
+    async fn next_suspect(&mut self, shutdown: &CancellationToken) -> Flow {
+        if !self.alone {
+            if !self.shared.gate.enter_alone() {
+                self.mode = Mode::Batch;
+                return Flow::Continue;
+            }
+            self.alone = true;
+        }
+        let claimed = self.claim_alone().await;
+        if !matches!(claimed, Ok(true)) {
+            self.shared.gate.alone_ended();
+            self.alone = false;
+            self.mode = Mode::Batch;
+        }
+        match claimed {
+            Ok(true) => {
+                self.mode = Mode::Alone;
+                Flow::Continue
+            }
+            Ok(false) => Flow::Continue,
+            Err(wait) => sleep_unless(shutdown, wait).await,
+        }
+    }
+
+    /// Whether this worker holds no lease: no task runs (a task holds its
+    /// event's lease until the last mark is durable, after its slot was
+    /// handed on) and nothing waits for a slot.
+    fn is_empty(&self) -> bool {
+        self.tasks.is_empty() && self.ready.is_empty()
+    }
+
+    /// Claim one suspect (an expired lease) alone and start it, to run
+    /// alone. `Ok(true)` when one was claimed.
+    async fn claim_alone(&mut self) -> Result<bool, Duration> {
+        let shared = Arc::clone(&self.shared);
+        let config = &shared.config;
+        let claimed_at = Instant::now();
+        self.suspects_checked = claimed_at;
+        let (skip_sources, skip_kinds) = shared.limits.saturated();
+        let params = ClaimParams {
+            skip_sources: &skip_sources,
+            skip_kinds: &skip_kinds,
+            alone: true,
+            pending: false,
+            ..ClaimParams::new(&config.name, 1, config.lease)
+        };
+        let claim_span = tracing::debug_span!("claim alone", worker = %config.name);
+        match shared
+            .store
+            .event_claim_many(&params)
+            .instrument(claim_span)
+            .await
+        {
+            Ok(events) => {
+                self.claim_failures = 0;
+                let Some(event) = events.into_iter().next() else {
+                    return Ok(false);
+                };
+                tracing::info!(
+                    event_id = %event.event.id,
+                    attempt = event.attempt,
+                    charged = event.charged_attempt(),
+                    "took over a suspect (an expired lease): running it alone"
+                );
+                let held = hold_event(&shared, event, claimed_at);
+                start_event(&mut self.tasks, &shared, held);
+                Ok(true)
+            }
+            Err(error) => Err(self.claim_failed(&error)),
+        }
+    }
+
+    /// Every heartbeat interval, ask whether a suspect waits. A worker of
+    /// quick events stops claiming until it is empty, then claims it alone;
+    /// a worker of long events does so only once the suspect has waited a
+    /// whole lease (no worker with nothing in hand came for it).
+    async fn check_suspects(&mut self) {
+        let config = &self.shared.config;
+        if self.suspects_checked.elapsed() < config.heartbeat_every {
+            return;
+        }
+        self.suspects_checked = Instant::now();
+        match self.shared.store.event_suspect_waits().await {
+            Ok(Some(waited)) if self.shared.pace.is_quick() || waited >= config.lease => {
+                tracing::debug!(
+                    waited_ms = waited.as_millis() as u64,
+                    "a suspect waits: finishing what is in hand, then claiming it alone"
+                );
+                self.mode = Mode::Draining;
+            }
+            Ok(waits) => self.suspect_waits = waits.is_some(),
+            Err(error) => tracing::debug!(%error, "could not ask whether a suspect waits"),
+        }
+    }
+
+    /// Wait for one of this worker's tasks to end (or shutdown).
+    async fn wait_for_a_task(&mut self, shutdown: &CancellationToken) -> Flow {
+        tokio::select! {
+            // In order, not at random: a simulated run repeats (docs/simulation.md).
+            biased;
+            _ = shutdown.cancelled() => Flow::Stop,
+            Some(joined) = self.tasks.join_next() => {
+                report_panic(joined);
+                Flow::Continue
+            }
+            _ = self.shared.slots.freed() => Flow::Continue,
+            // Look at the heartbeat now and then (the loop checks it).
+            _ = tokio::time::sleep(self.shared.config.poll_every) => Flow::Continue,
+        }
     }
 
     /// Reap finished tasks and start claimed-ahead events while there is room.
@@ -114,15 +311,15 @@ impl ClaimLoop {
     /// How many events to claim now, if any.
     fn claim_size(&self) -> Option<u32> {
         let config = &self.shared.config;
-        // Claim ahead only while events are quick: a prefetched event's
-        // lease is held while it waits, so no other worker can run it.
-        let prefetch = if self.shared.pace.is_quick() {
-            config.prefetch
-        } else {
-            0
-        };
+        let depth = self.prefetch_depth();
         let running = self.shared.slots.running();
-        let free = (config.concurrency + prefetch).saturating_sub(running + self.ready.len());
+        let queued = self.ready.len();
+        if depth > 0 && queued > depth / 2 {
+            // Plenty claimed ahead: claim again when it runs low, in one
+            // big batch, not a few events each time a few finish.
+            return None;
+        }
+        let free = (config.concurrency + depth).saturating_sub(running + queued);
         // Under a backlog, claim in batches (a quarter of the concurrency
         // at least) instead of one event each time one finishes.
         let min_claim = if running == 0 || self.last_claim.elapsed() >= BATCH_WINDOW {
@@ -137,10 +334,28 @@ impl ClaimLoop {
         })
     }
 
-    /// Claim up to `limit` events and start (or queue) each. `Ok(true)` when
-    /// the batch came back full, so more is due at once; `Err(wait)` after a
-    /// failed claim, with how long to wait before the next.
-    async fn claim(&mut self, limit: u32) -> Result<bool, Duration> {
+    /// How many events to hold claimed ahead of a free slot. None unless
+    /// events are quick: a prefetched event's lease is held while it waits,
+    /// so no other worker can run it. Then up to `WorkerConfig::prefetch`,
+    /// but no more than the slots would start within a heartbeat interval
+    /// at the recent pace, so an event claimed ahead starts long before
+    /// its lease would need renewing, and a lease lost with this worker is
+    /// never held back for long.
+    fn prefetch_depth(&self) -> usize {
+        let config = &self.shared.config;
+        let Some(average) = self.shared.pace.quick_average() else {
+            return 0;
+        };
+        let per_event = average.max(Duration::from_micros(100)).as_secs_f64();
+        let startable =
+            config.heartbeat_every.as_secs_f64() / per_event * config.concurrency as f64;
+        config.prefetch.min(startable as usize)
+    }
+
+    /// Claim up to `limit` events and start (or queue) each: `Ok` with how
+    /// many were claimed (all of `limit`: more is probably due at once);
+    /// `Err(wait)` after a failed claim, with how long to wait before the next.
+    async fn claim(&mut self, limit: u32) -> Result<usize, Duration> {
         let shared = Arc::clone(&self.shared);
         let config = &shared.config;
         let claimed_at = Instant::now();
@@ -149,6 +364,7 @@ impl ClaimLoop {
         let params = ClaimParams {
             skip_sources: &skip_sources,
             skip_kinds: &skip_kinds,
+            alone: false,
             ..ClaimParams::new(&config.name, limit, config.lease)
         };
         let claim_span = tracing::debug_span!("claim", worker = %config.name, limit);
@@ -160,8 +376,8 @@ impl ClaimLoop {
         {
             Ok(events) => {
                 self.claim_failures = 0;
-                let full_batch = events.len() == limit as usize;
-                self.backlog = full_batch;
+                let claimed = events.len();
+                self.backlog = claimed == limit as usize;
                 for event in events {
                     let held = hold_event(&shared, event, claimed_at);
                     if self.has_room() {
@@ -170,17 +386,22 @@ impl ClaimLoop {
                         self.ready.push_back(held);
                     }
                 }
-                Ok(full_batch)
+                Ok(claimed)
             }
-            Err(error) => {
-                self.claim_failures = self.claim_failures.saturating_add(1);
-                let wait = config
-                    .poll_every
-                    .min(Duration::from_millis(100) * self.claim_failures.min(20));
-                tracing::warn!(%error, retry_in_ms = wait.as_millis() as u64, "claim failed");
-                Err(wait)
-            }
+            Err(error) => Err(self.claim_failed(&error)),
         }
+    }
+
+    /// Count a failed claim; returns how long to wait before the next.
+    fn claim_failed(&mut self, error: &StoreError) -> Duration {
+        self.claim_failures = self.claim_failures.saturating_add(1);
+        let wait = self
+            .shared
+            .config
+            .poll_every
+            .min(Duration::from_millis(100) * self.claim_failures.min(20));
+        tracing::warn!(%error, retry_in_ms = wait.as_millis() as u64, "claim failed");
+        wait
     }
 
     /// Wait for what could make the next claim worthwhile.
@@ -205,9 +426,17 @@ impl ClaimLoop {
     async fn idle(&mut self, shutdown: &CancellationToken) -> Flow {
         let config = &self.shared.config;
         let has_room = self.has_room();
+        // A suspect is due at once but only for a claim alone: a busy
+        // worker that leaves it to others naps at least a heartbeat
+        // interval instead of polling for it (wake-ups still come at once).
+        let shortest = if self.suspect_waits {
+            config.heartbeat_every.min(config.poll_every)
+        } else {
+            MIN_NAP
+        };
         let nap = if has_room {
             match self.shared.store.event_next_due().await {
-                Ok(Some(due)) => due.clamp(MIN_NAP, config.poll_every),
+                Ok(Some(due)) => due.clamp(shortest, config.poll_every),
                 Ok(None) | Err(_) => config.poll_every,
             }
         } else {

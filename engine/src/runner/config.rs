@@ -45,9 +45,12 @@ pub struct WorkerConfig {
     pub concurrency: usize,
     /// Most events leased by one claim.
     pub claim_batch: u32,
-    /// Events claimed ahead of a free slot, while events finish quickly (each
-    /// waits holding its lease, so a claim's round trip overlaps running
-    /// work). Ignored once events take long: then nothing is claimed ahead.
+    /// Most events claimed ahead of a free slot, while events finish quickly
+    /// (each waits holding its lease, so claims are few and big, and their
+    /// round trips overlap running work); never more than the slots start
+    /// within a heartbeat interval at the recent pace. Ignored once events
+    /// take long: then nothing is claimed ahead. A worker that dies holding
+    /// them costs them no attempt (docs/guarantees.md, exact blame).
     pub prefetch: usize,
     /// How long a claim or heartbeat leases an event. After a crash, the event
     /// resumes at most this long after the last heartbeat.
@@ -71,8 +74,8 @@ impl Default for WorkerConfig {
         Self {
             name: default_name(),
             concurrency: 16,
-            claim_batch: 16,
-            prefetch: 8,
+            claim_batch: claim_batch_for(16),
+            prefetch: prefetch_for(16),
             lease,
             heartbeat_every: lease / 3,
             poll_every: Duration::from_secs(2),
@@ -81,6 +84,27 @@ impl Default for WorkerConfig {
             kind_limits: BTreeMap::new(),
         }
     }
+}
+
+/// Events claimed ahead per slot while events are quick, by default.
+const PREFETCH_PER_SLOT: usize = 32;
+
+/// The most events claimed ahead by default, whatever the concurrency.
+const MAX_PREFETCH: usize = 1024;
+
+/// The most events one claim leases by default.
+const MAX_CLAIM_BATCH: usize = 256;
+
+/// The default prefetch at `concurrency`.
+fn prefetch_for(concurrency: usize) -> usize {
+    (concurrency * PREFETCH_PER_SLOT).min(MAX_PREFETCH)
+}
+
+/// The default claim batch at `concurrency`: the slots' worth, and more
+/// while claiming ahead, up to [`MAX_CLAIM_BATCH`].
+fn claim_batch_for(concurrency: usize) -> u32 {
+    let batch = concurrency.max((concurrency + prefetch_for(concurrency)).min(MAX_CLAIM_BATCH));
+    u32::try_from(batch).unwrap_or(u32::MAX)
 }
 
 impl WorkerConfig {
@@ -94,8 +118,8 @@ impl WorkerConfig {
     /// Set concurrency, and the claim batch to match.
     pub fn with_concurrency(mut self, concurrency: usize) -> Self {
         self.concurrency = concurrency.max(1);
-        self.claim_batch = u32::try_from(self.concurrency).unwrap_or(u32::MAX);
-        self.prefetch = self.concurrency / 2;
+        self.claim_batch = claim_batch_for(self.concurrency);
+        self.prefetch = prefetch_for(self.concurrency);
         self
     }
 

@@ -1,5 +1,6 @@
 //! The runner: a worker's claim loop, and the execution of one event's steps.
 
+mod alone_gate;
 mod claim_loop;
 mod config;
 mod event_end;
@@ -16,6 +17,7 @@ mod signals;
 mod slots;
 mod worker;
 
+pub(crate) use alone_gate::AloneGate;
 pub use config::{WorkerConfig, WorkerConfigError};
 pub(crate) use signals::WorkerSignals;
 pub use signals::WorkerStats;

@@ -39,8 +39,14 @@ impl Pace {
 
     /// Whether events have been quick lately.
     pub fn is_quick(&self) -> bool {
+        self.quick_average().is_some()
+    }
+
+    /// The average run time, when events have been quick lately.
+    pub fn quick_average(&self) -> Option<Duration> {
         let average = self.average_micros.load(Ordering::Relaxed);
-        average != u64::MAX && Duration::from_micros(average) < QUICK_EVENT
+        let average = (average != u64::MAX).then(|| Duration::from_micros(average))?;
+        (average < QUICK_EVENT).then_some(average)
     }
 }
 

@@ -37,6 +37,20 @@ pub(crate) async fn run_event(
 }
 
 /// One event's run in this worker, from its first unfinished step.
+/// Which run of a step this is, and how many of its attempts are charged
+/// (held against `max_attempts`): runs interrupted beside other events are
+/// not (docs/guarantees.md, exact blame).
+#[derive(Debug, Clone, Copy)]
+struct Attempt {
+    run: u32,
+    charged: u32,
+}
+
+impl Attempt {
+    /// A step after one marked done in the same run.
+    const FIRST: Attempt = Attempt { run: 1, charged: 1 };
+}
+
 struct EventRun<'a> {
     shared: &'a RunnerShared,
     claimed: &'a ClaimedEvent,
@@ -124,18 +138,23 @@ impl<'a> EventRun<'a> {
 
     /// Run the steps in order until the last is marked done, or one stops the run.
     async fn run_steps(mut self, slot: &mut Slot) -> EventEnd {
-        let mut attempt = u32::try_from(self.claimed.attempt).unwrap_or(1).max(1);
+        let mut attempt = Attempt {
+            run: u32::try_from(self.claimed.attempt).unwrap_or(1).max(1),
+            charged: u32::try_from(self.claimed.charged_attempt())
+                .unwrap_or(1)
+                .max(1),
+        };
         for position in self.first..self.plan.len() {
             if let Err(end) = self.run_step_at(position, attempt, slot).await {
                 return end;
             }
             // The next step starts on its first attempt (the mark counted it).
-            attempt = 1;
+            attempt = Attempt::FIRST;
         }
         EventEnd::Done
     }
 
-    /// Run step `position` (its `attempt`-th attempt) and settle the outcome:
+    /// Run step `position` (its `attempt`-th run) and settle the outcome:
     /// `Ok` when it was marked done and the run goes on. Before a mark that
     /// ends the run (the last step done, a failure, a snooze), the slot is
     /// handed on to the next event; the lease is kept until the mark is
@@ -143,9 +162,13 @@ impl<'a> EventRun<'a> {
     async fn run_step_at(
         &mut self,
         position: usize,
-        attempt: u32,
+        attempt: Attempt,
         slot: &mut Slot,
     ) -> Result<(), EventEnd> {
+        let Attempt {
+            run: attempt,
+            charged,
+        } = attempt;
         let shared = self.shared;
         let plan = Arc::clone(&self.plan);
         let planned = &plan.steps[position];
@@ -160,7 +183,7 @@ impl<'a> EventRun<'a> {
         // leaks the span into other tasks polled on this thread (and panics
         // tracing-subscriber when the task resumes on another thread).
         let settle = Settle::new(shared, self.claimed.lease, span.clone());
-        let step = settle.step(planned, position, attempt);
+        let step = settle.step(planned, position, attempt, charged);
 
         if shared.shutdown.is_cancelled() {
             // The step has not started: give the attempt back with the lease.
@@ -179,9 +202,10 @@ impl<'a> EventRun<'a> {
             return Err(EventEnd::LeaseLost);
         }
         let retry = plan.retry_of(position);
-        if attempt > retry.max_attempts.max(1) {
-            // Every earlier attempt ended with the worker gone (a crash or a
-            // lost lease), so no failure was ever recorded: a poison step.
+        if charged > retry.max_attempts.max(1) {
+            // Every earlier charged attempt ended with the worker gone (a
+            // crash or a lost lease while it was held alone), so no failure
+            // was ever recorded: a poison step.
             return Err(settle.dead_after_crashes(&step, retry.max_attempts).await);
         }
 

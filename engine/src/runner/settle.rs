@@ -23,7 +23,10 @@ use crate::store::{
 pub(crate) struct StepAttempt<'a> {
     name: &'a str,
     position: i32,
+    /// Which run of the step this is (every claim counts one).
     attempt: u32,
+    /// Attempts charged to it, this one included: held against `max_attempts`.
+    charged: u32,
     started_at: DateTime<Utc>,
     finished_at: DateTime<Utc>,
 }
@@ -90,18 +93,21 @@ impl<'a> Settle<'a> {
         self.shared.config.lease
     }
 
-    /// Describe attempt `attempt` of `planned` at `position` (not yet timed).
+    /// Describe run `attempt` of `planned` at `position`, its `charged`-th
+    /// charged attempt (not yet timed).
     pub fn step<'s>(
         &self,
         planned: &'s PlannedStep,
         position: usize,
         attempt: u32,
+        charged: u32,
     ) -> StepAttempt<'s> {
         let now = Utc::now();
         StepAttempt {
             name: &planned.name,
             position: i32::try_from(position).unwrap_or(i32::MAX),
             attempt,
+            charged,
             started_at: now,
             finished_at: now,
         }
@@ -194,7 +200,7 @@ impl<'a> Settle<'a> {
         retry: &RetryPolicy,
     ) -> EventEnd {
         self.shared.signals.update(|s| s.steps_failed += 1);
-        let attempt = step.attempt;
+        let attempt = step.charged;
         let max = retry.max_attempts.max(1);
         let (then, error, end) = if failure.is_terminal() {
             let error = format!("terminal failure on attempt {attempt}: {failure}");

@@ -9,7 +9,7 @@ use super::limits::Limits;
 use super::pace::Pace;
 use super::plan_cache::PlanCache;
 use super::slots::Slots;
-use super::{WorkerConfig, WorkerSignals};
+use super::{AloneGate, WorkerConfig, WorkerSignals};
 use crate::claim::LeaseBook;
 use crate::handler::Registry;
 use crate::metrics::Metrics;
@@ -31,6 +31,8 @@ pub(crate) struct RunnerShared {
     pub slots: Arc<Slots>,
     pub plans: PlanCache,
     pub pace: Pace,
+    /// Shared by the engine's workers: who claims alone (`alone_gate.rs`).
+    pub gate: Arc<AloneGate>,
     /// Stop claiming; running events stop at their next step boundary.
     pub shutdown: CancellationToken,
     /// The grace period is over: cancel running steps.

@@ -14,6 +14,7 @@ use super::pace::Pace;
 use super::plan_cache::PlanCache;
 use super::shared::RunnerShared;
 use super::slots::Slots;
+use super::AloneGate;
 use super::{WorkerConfig, WorkerSignals, WorkerStats};
 use crate::claim::{heartbeat_loop, LeaseBook};
 use crate::handler::Registry;
@@ -28,6 +29,7 @@ pub struct Worker {
     registry: Arc<Registry>,
     resources: Resources,
     metrics: Arc<Metrics>,
+    gate: Arc<AloneGate>,
     config: WorkerConfig,
     signals: WorkerSignals,
 }
@@ -38,6 +40,7 @@ impl Worker {
         registry: Arc<Registry>,
         resources: Resources,
         metrics: Arc<Metrics>,
+        gate: Arc<AloneGate>,
         config: WorkerConfig,
     ) -> Self {
         Self {
@@ -45,6 +48,7 @@ impl Worker {
             registry,
             resources,
             metrics,
+            gate,
             config,
             signals: WorkerSignals::default(),
         }
@@ -95,6 +99,7 @@ impl Worker {
             slots,
             plans: PlanCache::default(),
             pace: Pace::default(),
+            gate: self.gate,
             shutdown: shutdown.clone(),
             hard_stop: CancellationToken::new(),
         })
@@ -202,6 +207,7 @@ mod tests {
             Arc::new(Handlers::new().compile().expect("no handlers compile")),
             Resources::default(),
             Arc::new(Metrics::default()),
+            Arc::new(AloneGate::default()),
             WorkerConfig::default().with_lease(Duration::from_millis(300)),
         );
         let metrics = tokio::runtime::Handle::current().metrics();

@@ -72,8 +72,9 @@ pub trait Store: admin::Admin + Send + Sync + fmt::Debug {
     /// key) when it has one, exists: the dedup decision, in one statement.
     async fn event_insert(&self, event: &EventInsert<'_>) -> Result<InsertOutcome, StoreError>;
 
-    /// Lease up to `limit` due events (pending, or running with an expired
-    /// lease) to `worker`, each with a new fencing token, in one short transaction.
+    /// Lease up to `limit` due events to `worker`, each with a new fencing
+    /// token, in one short transaction: pending events, and running ones
+    /// whose lease expired (a takeover), as [`ClaimParams::alone`] allows.
     async fn event_claim_many(
         &self,
         params: &ClaimParams<'_>,
@@ -128,6 +129,11 @@ pub trait Store: admin::Admin + Send + Sync + fmt::Debug {
     /// How long until the earliest pending retry or running lease falls due
     /// (zero if one is due now); `None` when nothing is active.
     async fn event_next_due(&self) -> Result<Option<Duration>, StoreError>;
+
+    /// How long the longest-waiting *suspect* has been due, if one is: an
+    /// expired lease that was held alone, or whose step was interrupted in a
+    /// batch before. Only a claim alone takes one over.
+    async fn event_suspect_waits(&self) -> Result<Option<Duration>, StoreError>;
 
     /// How many events are pending or running: work for a worker now or
     /// later, except events that wait (for another event, or a time) and

@@ -131,6 +131,19 @@ pub struct ClaimParams<'a> {
     pub skip_sources: &'a [String],
     /// (source, kind) pairs likewise, each as `source` + U+001F + `kind`.
     pub skip_kinds: &'a [String],
+    /// A claim *alone*: the claimer holds no other lease and starts nothing
+    /// else until this event's run ends, so a crash during it is this
+    /// event's own. It leases one event at most, and is the only claim that
+    /// takes over a *suspect*: an expired lease that was taken alone, or
+    /// whose step was already interrupted once in a batch. A batch claim
+    /// (`false`) leases pending events, and takes over an expired batch
+    /// lease once (its second chance, uncharged). A takeover charges an
+    /// attempt only if the expired lease was taken alone. Default: `limit == 1`.
+    pub alone: bool,
+    /// Whether pending events may be leased. `false` with `alone`: suspects
+    /// only (a worker with nothing in hand looks for one to run alone, and
+    /// would otherwise run an ordinary event alone for nothing). Default: `true`.
+    pub pending: bool,
 }
 
 impl<'a> ClaimParams<'a> {
@@ -142,6 +155,17 @@ impl<'a> ClaimParams<'a> {
             lease_for,
             skip_sources: &[],
             skip_kinds: &[],
+            alone: limit == 1,
+            pending: true,
+        }
+    }
+
+    /// The most events this claim may lease: one when it is alone.
+    pub fn batch_limit(&self) -> u32 {
+        if self.alone {
+            self.limit.min(1)
+        } else {
+            self.limit
         }
     }
 }
@@ -167,8 +191,13 @@ pub struct ClaimedEvent {
     pub plan_json: String,
     /// The first unfinished step.
     pub next_step: i32,
-    /// The attempt this claim starts for that step (1-based).
+    /// The run of that step this claim starts (1-based): every claim
+    /// counts one, as the step-status table shows.
     pub attempt: i32,
+    /// Runs of that step that ended with their worker gone while it held
+    /// other events too, so the crash is not known to be this event's: not
+    /// charged (docs/guarantees.md, exact blame). Included in `attempt`.
+    pub interrupted: i32,
     /// The lease.
     pub lease: Lease,
     /// Whether this claim took over an expired lease of another worker.
@@ -177,6 +206,14 @@ pub struct ClaimedEvent {
     pub resource_key: Option<String>,
     /// Its sequence, when stale events are skipped.
     pub resource_seq: Option<i64>,
+}
+
+impl ClaimedEvent {
+    /// The attempts charged to its step: the runs not [`interrupted`](Self::interrupted)
+    /// beside other events. This, not `attempt`, is held against `max_attempts`.
+    pub fn charged_attempt(&self) -> i32 {
+        (self.attempt - self.interrupted).max(1)
+    }
 }
 
 /// How a leased event is given back without finishing.

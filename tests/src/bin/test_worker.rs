@@ -3,7 +3,8 @@
 //!
 //! ```text
 //! tickmark-test-worker --database-url URL [--name NAME] [--lease-ms N]
-//!                      [--concurrency N] [--until-idle] [--probe-url URL]
+//!                      [--concurrency N] [--prefetch N] [--claim-batch N]
+//!                      [--until-idle] [--probe-url URL]
 //! ```
 //! `--probe-url` (default: the database URL) is where the probe records
 //! what steps did: past the pooler when `--database-url` goes through one.
@@ -21,6 +22,10 @@ struct Args {
     name: Option<String>,
     lease: Duration,
     concurrency: usize,
+    /// Events claimed ahead (default: the concurrency's default, half of it).
+    prefetch: Option<usize>,
+    /// Most events per claim (default: the concurrency).
+    claim_batch: Option<u32>,
     until_idle: bool,
 }
 
@@ -31,6 +36,8 @@ fn parse_args() -> Result<Args, String> {
         name: None,
         lease: Duration::from_secs(2),
         concurrency: 4,
+        prefetch: None,
+        claim_batch: None,
         until_idle: false,
     };
     let mut iter = std::env::args().skip(1);
@@ -48,6 +55,16 @@ fn parse_args() -> Result<Args, String> {
                 args.concurrency = value()?
                     .parse()
                     .map_err(|e| format!("--concurrency: {e}"))?
+            }
+            "--prefetch" => {
+                args.prefetch = Some(value()?.parse().map_err(|e| format!("--prefetch: {e}"))?)
+            }
+            "--claim-batch" => {
+                args.claim_batch = Some(
+                    value()?
+                        .parse()
+                        .map_err(|e| format!("--claim-batch: {e}"))?,
+                )
             }
             "--until-idle" => args.until_idle = true,
             other => return Err(format!("unknown argument {other}")),
@@ -73,6 +90,12 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         .with_grace(Duration::from_secs(2));
     if let Some(name) = args.name {
         config = config.with_name(name);
+    }
+    if let Some(prefetch) = args.prefetch {
+        config.prefetch = prefetch;
+    }
+    if let Some(claim_batch) = args.claim_batch {
+        config.claim_batch = claim_batch;
     }
     let worker = engine.worker(config).expect("valid worker settings");
     if args.until_idle {

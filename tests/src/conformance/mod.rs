@@ -3,6 +3,7 @@
 //! [`conformance_suite!`](crate::conformance_suite)).
 
 pub mod admin;
+pub mod blame;
 pub mod fencing;
 pub mod flow;
 pub mod inbox;
@@ -71,6 +72,8 @@ macro_rules! conformance_suite {
             running::an_accepted_event_wakes_an_idle_worker_without_polling,
             running::a_claim_leases_many_events_at_once,
             running::a_step_longer_than_its_lease_keeps_it_by_heartbeat,
+            blame::a_lease_lost_beside_others_is_refunded_and_one_held_alone_is_charged,
+            blame::a_worker_runs_the_suspects_of_a_dead_batch_without_charging_them,
             fencing::a_taken_over_lease_can_neither_mark_nor_heartbeat,
             fencing::a_retried_mark_is_confirmed_only_while_its_lease_holds,
             fencing::an_expired_lease_cannot_mark_even_before_a_takeover,

@@ -528,10 +528,12 @@ impl Store for PostgresStore {
     ) -> Result<Vec<ClaimedEvent>, StoreError> {
         let rows = sqlx::query(sql::EVENT_CLAIM_MANY)
             .bind(params.worker)
-            .bind(i64::from(params.limit))
+            .bind(i64::from(params.batch_limit()))
             .bind(seconds(params.lease_for))
             .bind(params.skip_sources)
             .bind(params.skip_kinds)
+            .bind(params.alone)
+            .bind(params.pending)
             .fetch_all(&self.db)
             .await?;
         rows.iter()
@@ -541,6 +543,7 @@ impl Store for PostgresStore {
                     plan_json: row.try_get("plan")?,
                     next_step: row.try_get("next_step")?,
                     attempt: row.try_get("attempt")?,
+                    interrupted: row.try_get("interrupted")?,
                     lease: Lease {
                         event_seq: row.try_get("id")?,
                         token: row.try_get("lease_token")?,
@@ -670,6 +673,13 @@ impl Store for PostgresStore {
     async fn event_next_due(&self) -> Result<Option<Duration>, StoreError> {
         let seconds: Option<f64> = sqlx::query_scalar(sql::EVENT_NEXT_DUE)
             .fetch_optional(&self.db)
+            .await?;
+        Ok(seconds.map(|s| Duration::from_secs_f64(s.max(0.0))))
+    }
+
+    async fn event_suspect_waits(&self) -> Result<Option<Duration>, StoreError> {
+        let seconds: Option<f64> = sqlx::query_scalar(sql::EVENT_SUSPECT_WAITS)
+            .fetch_one(&self.db)
             .await?;
         Ok(seconds.map(|s| Duration::from_secs_f64(s.max(0.0))))
     }

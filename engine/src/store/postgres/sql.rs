@@ -85,15 +85,18 @@ pub const DEBOUNCE_SCHEDULE: &str = "
     )
     SELECT scheduled.id FROM scheduled CROSS JOIN LATERAL pg_notify($4, '') AS notified";
 
-/// Lease due events in one statement: `tickmark_claim` (migration 0003).
-/// It walks `tickmark_events_due` in its exact order (no sort of the backlog,
-/// whatever the table's statistics say) and locks with SKIP LOCKED, so
-/// concurrent claimers take different rows instead of queueing. Running rows
-/// whose lease expired are due too: that is how a dead worker's event is
-/// taken over, with a new fencing token that fences the old worker out. An
-/// ordered event waits while an earlier event of its resource is unfinished;
-/// sources and kinds at this worker's limits are skipped.
-pub const EVENT_CLAIM_MANY: &str = "SELECT * FROM tickmark_claim($1, $2::int, $3, $4, $5)";
+/// Lease due events in one statement: `tickmark_claim` (migrations 0003,
+/// 0012). It walks `tickmark_events_due` in its exact order (no sort of the
+/// backlog, whatever the table's statistics say) and locks with SKIP LOCKED,
+/// so concurrent claimers take different rows instead of queueing. Running
+/// rows whose lease expired are due too: that is how a dead worker's event
+/// is taken over, with a new fencing token that fences the old worker out.
+/// A batch claim takes an expired batch lease over once; a suspect (lost
+/// again, or lost while held alone) waits for a claim alone (`$6`; `$7`
+/// false: suspects only), and only a lease held alone is charged. An
+/// ordered event waits while an earlier event of its resource is
+/// unfinished; sources and kinds at this worker's limits are skipped.
+pub const EVENT_CLAIM_MANY: &str = "SELECT * FROM tickmark_claim($1, $2::int, $3, $4, $5, $6, $7)";
 
 /// Extend every lease still held under its token; an expired lease is not
 /// revived. The caller sorts by event, the lock order of the mark batches.
@@ -181,6 +184,13 @@ pub const EVENT_PARK: &str = "
     SET state = 'parked', last_error = $3, finished_at = now(), attempt = greatest(attempt - 1, 0)
     WHERE id = $1 AND lease_token = $2 AND state = 'running'";
 
+/// Seconds the longest-waiting suspect has been due (NULL: none), for a
+/// claim alone: an expired lease that was held alone or whose step was
+/// interrupted before.
+pub const EVENT_SUSPECT_WAITS: &str = "
+    SELECT extract(epoch FROM (now() - min(due_at)))::float8 FROM tickmark_events
+    WHERE state = 'running' AND due_at <= now() AND (claimed_alone OR interrupted > 0)";
+
 /// Seconds until the earliest active row falls due: the first entry of the index.
 pub const EVENT_NEXT_DUE: &str = "
     SELECT greatest(extract(epoch FROM (due_at - now())), 0)::float8
@@ -252,6 +262,7 @@ pub const STEP_MARK_DONE: &str = "
         SET next_step = next_step + 1,
             state = CASE WHEN next_step + 1 >= step_count THEN 'done' ELSE 'running' END,
             attempt = CASE WHEN next_step + 1 >= step_count THEN attempt ELSE 1 END,
+            interrupted = CASE WHEN next_step + 1 >= step_count THEN interrupted ELSE 0 END,
             finished_at = CASE WHEN next_step + 1 >= step_count THEN now() END,
             step_started_at = now(),
             last_error = NULL,
@@ -284,6 +295,7 @@ pub const STEP_MARK_DONE_MANY: &str = "
         SET next_step = e.next_step + 1,
             state = CASE WHEN e.next_step + 1 >= e.step_count THEN 'done' ELSE 'running' END,
             attempt = CASE WHEN e.next_step + 1 >= e.step_count THEN e.attempt ELSE 1 END,
+            interrupted = CASE WHEN e.next_step + 1 >= e.step_count THEN e.interrupted ELSE 0 END,
             finished_at = CASE WHEN e.next_step + 1 >= e.step_count THEN now() END,
             step_started_at = now(),
             last_error = NULL,

@@ -500,6 +500,8 @@ impl Store for SqliteStore {
             .bind(i64::from(params.limit))
             .bind(&skip_sources)
             .bind(&skip_kinds)
+            .bind(params.alone)
+            .bind(params.pending)
             .fetch_optional(&self.pool)
             .await?;
         if any_due.is_none() {
@@ -510,9 +512,11 @@ impl Store for SqliteStore {
         let now = self.clock.now();
         let due: Vec<DueRow> = sqlx::query_as(sql::EVENT_DUE)
             .bind(format_time(now))
-            .bind(i64::from(params.limit))
+            .bind(i64::from(params.batch_limit()))
             .bind(&skip_sources)
             .bind(&skip_kinds)
+            .bind(params.alone)
+            .bind(params.pending)
             .fetch_all(&mut *tx)
             .await?;
         let due = within_key_limits(due);
@@ -527,6 +531,7 @@ impl Store for SqliteStore {
             .bind(format_time(after(now, params.lease_for)))
             .bind(format_time(now))
             .bind(seqs_json)
+            .bind(params.alone)
             .fetch_all(&mut *tx)
             .await?;
         tx.commit().await?;
@@ -542,6 +547,7 @@ impl Store for SqliteStore {
                     plan_json: row.try_get("plan")?,
                     next_step: row.try_get("next_step")?,
                     attempt: row.try_get("attempt")?,
+                    interrupted: row.try_get("interrupted")?,
                     lease: Lease {
                         event_seq: seq,
                         token: row.try_get("lease_token")?,
@@ -710,6 +716,20 @@ impl Store for SqliteStore {
             ),
             None => None,
         })
+    }
+
+    async fn event_suspect_waits(&self) -> Result<Option<Duration>, StoreError> {
+        let now = self.clock.now();
+        let due: Option<String> = sqlx::query_scalar(sql::EVENT_SUSPECT_WAITS)
+            .bind(format_time(now))
+            .fetch_one(&self.pool)
+            .await?;
+        due.map(|text| {
+            Ok((now - parse_time(&text)?)
+                .to_std()
+                .unwrap_or(Duration::ZERO))
+        })
+        .transpose()
     }
 
     async fn event_count_active(&self) -> Result<i64, StoreError> {

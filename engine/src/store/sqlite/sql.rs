@@ -24,6 +24,8 @@ pub const TOMBSTONED: &str = "
 pub const EVENT_ANY_DUE: &str = "
     SELECT e.id FROM tickmark_events AS e
     WHERE e.state IN ('pending', 'running') AND e.due_at <= ?1 AND ?2 > 0
+      AND CASE WHEN e.state = 'pending' THEN ?6
+               ELSE ?5 OR (NOT e.claimed_alone AND e.interrupted = 0) END
       AND e.source NOT IN (SELECT value FROM json_each(?3))
       AND (e.source || char(31) || e.kind) NOT IN (SELECT value FROM json_each(?4))
       AND NOT EXISTS (
@@ -41,7 +43,10 @@ pub const EVENT_ANY_DUE: &str = "
 /// event waits while an earlier event of its resource is unfinished, a
 /// limited event while its key is full (`held`: the key's running events;
 /// the caller keeps a batch within the limit); sources and kinds at this
-/// worker's limits are skipped.
+/// worker's limits are skipped. An expired batch lease is taken over once by
+/// a batch claim (its second chance); after that, or once held alone, it is
+/// a suspect, which only a claim alone (`?5`, with `?2` = 1) takes over;
+/// `?6` false takes no pending event.
 pub const EVENT_DUE: &str = "
     SELECT e.id, e.state, e.limit_key, e.limit_n,
            CASE WHEN e.limit_key IS NULL THEN 0 ELSE
@@ -50,6 +55,8 @@ pub const EVENT_DUE: &str = "
            END AS held
     FROM tickmark_events AS e
     WHERE e.state IN ('pending', 'running') AND e.due_at <= ?1
+      AND CASE WHEN e.state = 'pending' THEN ?6
+               ELSE ?5 OR (NOT e.claimed_alone AND e.interrupted = 0) END
       AND e.source NOT IN (SELECT value FROM json_each(?3))
       AND (e.source || char(31) || e.kind) NOT IN (SELECT value FROM json_each(?4))
       AND NOT EXISTS (
@@ -63,7 +70,9 @@ pub const EVENT_DUE: &str = "
     LIMIT ?2";
 
 /// Lease the chosen events with new fencing tokens; a running row here had an
-/// expired lease, so this claim takes it over.
+/// expired lease, so this claim takes it over: every claim counts a run,
+/// and a run lost beside others (not held alone) is counted `interrupted`,
+/// refunded (docs/guarantees.md, exact blame).
 pub const EVENT_CLAIM: &str = "
     UPDATE tickmark_events
     SET state = 'running',
@@ -71,6 +80,8 @@ pub const EVENT_CLAIM: &str = "
         lease_token = lease_token + 1,
         due_at = ?2,
         attempt = attempt + 1,
+        interrupted = interrupted + CASE WHEN state = 'running' AND NOT claimed_alone THEN 1 ELSE 0 END,
+        claimed_alone = ?5,
         step_started_at = ?3,
         progress = NULL,
         progress_message = NULL,
@@ -84,7 +95,7 @@ pub const EVENT_CLAIM: &str = "
             ELSE last_error END
     WHERE id IN (SELECT value FROM json_each(?4))
     RETURNING id, source, dedup_key, kind, payload, received_at, plan, next_step, attempt,
-              lease_token, resource_key, resource_seq";
+              interrupted, lease_token, resource_key, resource_seq";
 
 /// Extend every lease still held under its token; an expired lease is not revived.
 pub const EVENT_HEARTBEAT_MANY: &str = "
@@ -158,6 +169,13 @@ pub const EVENT_PARK: &str = "
     SET state = 'parked', last_error = ?3, finished_at = ?4, attempt = max(attempt - 1, 0)
     WHERE id = ?1 AND lease_token = ?2 AND state = 'running'";
 
+/// When the longest-waiting suspect fell due by `?1` (NULL: none), for a
+/// claim alone: an expired lease that was held alone or whose step was
+/// interrupted before.
+pub const EVENT_SUSPECT_WAITS: &str = "
+    SELECT min(due_at) FROM tickmark_events
+    WHERE state = 'running' AND due_at <= ?1 AND (claimed_alone OR interrupted > 0)";
+
 /// The earliest active row's due time: the first entry of the index.
 pub const EVENT_NEXT_DUE: &str = "
     SELECT due_at FROM tickmark_events
@@ -219,6 +237,7 @@ pub const EVENT_ADVANCE: &str = "
     SET next_step = next_step + 1,
         state = CASE WHEN next_step + 1 >= step_count THEN 'done' ELSE 'running' END,
         attempt = CASE WHEN next_step + 1 >= step_count THEN attempt ELSE 1 END,
+        interrupted = CASE WHEN next_step + 1 >= step_count THEN interrupted ELSE 0 END,
         finished_at = CASE WHEN next_step + 1 >= step_count THEN ?4 END,
         step_started_at = ?4,
         last_error = NULL,
