@@ -17,11 +17,13 @@ use std::sync::Arc;
 
 use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore};
 
-/// How many events may wait for their final mark, per slot. More than one:
-/// a mark batch commits in a few milliseconds, and quick events finish many
-/// times faster than that (1 no-op step at concurrency 16: ~8,300 events/s
-/// at 1 per slot, ~9,400 at 4; docs/performance.md).
-const FINISHING_PER_SLOT: usize = 4;
+/// How many events may wait for their final mark, per slot. Many: a mark
+/// batch commits in a few milliseconds, and quick events finish many times
+/// faster than that, so the more wait, the bigger each batch (1 no-op step
+/// at concurrency 16 on PostgreSQL: ~8,300 events/s at 1 per slot, ~9,400
+/// at 4; with deep prefetch ~10,000 at 4 and ~13,500 at 32; no better at 64;
+/// docs/performance.md).
+const FINISHING_PER_SLOT: usize = 32;
 
 /// The slots of one worker.
 #[derive(Debug)]

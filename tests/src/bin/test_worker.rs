@@ -22,7 +22,7 @@ struct Args {
     name: Option<String>,
     lease: Duration,
     concurrency: usize,
-    /// Events claimed ahead (default: the concurrency's default, half of it).
+    /// Most events claimed ahead (default: `WorkerConfig::with_concurrency`'s).
     prefetch: Option<usize>,
     /// Most events per claim (default: the concurrency).
     claim_batch: Option<u32>,
