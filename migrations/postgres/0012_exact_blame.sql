@@ -33,8 +33,11 @@ CREATE FUNCTION tickmark_claim(
     lease_secs  FLOAT8,
     skip_sources TEXT[],
     skip_kinds  TEXT[],
-    alone       BOOLEAN,
-    pending     BOOLEAN
+    -- Defaults: a batch claim of pending events, as the five-argument
+    -- function this replaces (a worker of the previous release, during a
+    -- rolling upgrade, still calls it so).
+    alone       BOOLEAN DEFAULT false,
+    pending     BOOLEAN DEFAULT true
 )
 RETURNS TABLE (
     id BIGINT, source TEXT, dedup_key TEXT, kind TEXT, payload TEXT, received_at TIMESTAMPTZ,

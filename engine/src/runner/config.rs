@@ -160,6 +160,12 @@ impl WorkerConfig {
         self.poll_every = every;
         self
     }
+
+    /// Set how many events may be claimed ahead of a free slot (0: none).
+    pub fn with_prefetch(mut self, prefetch: usize) -> Self {
+        self.prefetch = prefetch;
+        self
+    }
 }
 
 impl WorkerConfig {

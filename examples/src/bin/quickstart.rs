@@ -222,6 +222,10 @@ fn worker_config(name: &str) -> WorkerConfig {
         .with_name(name)
         .with_lease(LEASE)
         .with_concurrency(1)
+        // Nothing claimed ahead, so the crash strands only the event it was
+        // running. (By default a worker of quick events claims ahead; a
+        // crash would leave those waiting out their lease too, uncharged.)
+        .with_prefetch(0)
         .with_poll_every(Duration::from_millis(250))
 }
 
