@@ -90,7 +90,7 @@ impl Default for WorkerConfig {
 const PREFETCH_PER_SLOT: usize = 32;
 
 /// The most events claimed ahead by default, whatever the concurrency.
-const MAX_PREFETCH: usize = 1024;
+const MAX_PREFETCH: usize = 512;
 
 /// The most events one claim leases by default.
 const MAX_CLAIM_BATCH: usize = 256;

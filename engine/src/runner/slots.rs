@@ -7,8 +7,8 @@
 //! event's lease stays in the book (the heartbeat renews it) until that mark
 //! is durable, and a refused or failed commit is handled as before, as a lost
 //! lease. So a slot does not sit idle for a commit's round trip at the end of
-//! every event. At most [`FINISHING_PER_SLOT`] × `concurrency` events wait
-//! for their final mark at once; beyond that, an event keeps its slot until
+//! every event. At most [`finishing_limit`] events wait for their final
+//! mark at once; beyond that, an event keeps its slot until
 //! its mark commits, so a stalled database cannot make a worker take on more
 //! and more events.
 
@@ -21,9 +21,28 @@ use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore};
 /// batch commits in a few milliseconds, and quick events finish many times
 /// faster than that, so the more wait, the bigger each batch (1 no-op step
 /// at concurrency 16 on PostgreSQL: ~8,300 events/s at 1 per slot, ~9,400
-/// at 4; with deep prefetch ~10,000 at 4 and ~13,500 at 32; no better at 64;
-/// docs/performance.md).
+/// at 4; with deep prefetch ~10,000 at 4 and ~13,500 at 32; no better at
+/// 64; docs/performance.md).
 const FINISHING_PER_SLOT: usize = 32;
+
+/// But no more than this many in all beyond [`MIN_FINISHING_PER_SLOT`] per
+/// slot: an earlier step's mark (which its slot waits for) shares the mark
+/// batches with them, and thousands of final marks ahead of it made those
+/// batches slow (3 no-op steps at concurrency 64: 0.85× the throughput of
+/// 4 per slot).
+const MAX_FINISHING: usize = 512;
+
+/// Per slot, whatever [`MAX_FINISHING`] says (as before deep prefetch).
+const MIN_FINISHING_PER_SLOT: usize = 4;
+
+/// How many events may wait for their final mark in a worker of `concurrency`.
+fn finishing_limit(concurrency: usize) -> usize {
+    let concurrency = concurrency.max(1);
+    concurrency
+        .saturating_mul(FINISHING_PER_SLOT)
+        .min(MAX_FINISHING)
+        .max(concurrency.saturating_mul(MIN_FINISHING_PER_SLOT))
+}
 
 /// The slots of one worker.
 #[derive(Debug)]
@@ -39,9 +58,7 @@ impl Slots {
         Arc::new(Self {
             running: AtomicUsize::new(0),
             freed: Notify::new(),
-            finishing: Arc::new(Semaphore::new(
-                concurrency.max(1).saturating_mul(FINISHING_PER_SLOT),
-            )),
+            finishing: Arc::new(Semaphore::new(finishing_limit(concurrency))),
         })
     }
 
@@ -83,8 +100,8 @@ pub(crate) struct Slot {
 impl Slot {
     /// The event's steps have all run and its last mark is about to be
     /// committed: hand the slot on to the next event, if fewer than
-    /// [`FINISHING_PER_SLOT`] × `concurrency` events are already waiting for
-    /// their final mark (otherwise keep it until this event ends).
+    /// [`finishing_limit`] events are already waiting for their final mark
+    /// (otherwise keep it until this event ends).
     pub fn hand_on(&mut self) {
         let Some(slots) = &self.slots else {
             return;
@@ -133,10 +150,10 @@ mod tests {
     }
 
     #[test]
-    fn at_most_four_events_per_slot_wait_for_their_final_mark() {
+    fn the_window_of_waiting_final_marks_is_bounded() {
         let slots = Slots::new(1);
         let mut waiting = Vec::new();
-        for _ in 0..FINISHING_PER_SLOT {
+        for _ in 0..finishing_limit(1) {
             let mut slot = slots.take();
             slot.hand_on();
             assert!(!slot.holds());
@@ -153,6 +170,14 @@ mod tests {
         assert!(!after.holds());
         drop(next);
         assert_eq!(slots.running(), 0);
+    }
+
+    #[test]
+    fn many_final_marks_wait_per_slot_but_not_thousands_in_all() {
+        assert_eq!(finishing_limit(1), 32);
+        assert_eq!(finishing_limit(16), 512);
+        assert_eq!(finishing_limit(64), 512);
+        assert_eq!(finishing_limit(256), 1024, "still 4 per slot");
     }
 
     #[tokio::test]
