@@ -24,7 +24,7 @@ use tracing::Instrument;
 
 use super::event_task::{hold_event, report_panic, start_event, HeldEvent};
 use super::shared::RunnerShared;
-use crate::store::{ClaimParams, Release, Store, StoreError, Wakeups};
+use crate::store::{ClaimParams, ClaimedEvent, Release, Store, StoreError, Wakeups};
 
 /// Shortest nap between claims when rows are due but none could be taken
 /// (another worker's claim holds them for a moment).
@@ -213,39 +213,53 @@ impl ClaimLoop {
     /// Claim one suspect (an expired lease) alone and start it, to run
     /// alone. `Ok(true)` when one was claimed.
     async fn claim_alone(&mut self) -> Result<bool, Duration> {
-        let shared = Arc::clone(&self.shared);
-        let config = &shared.config;
         let claimed_at = Instant::now();
         self.suspects_checked = claimed_at;
-        let (skip_sources, skip_kinds) = shared.limits.saturated();
+        let span = tracing::debug_span!("claim alone", worker = %self.shared.config.name);
+        let events = self.lease(1, true, span).await?;
+        let Some(event) = events.into_iter().next() else {
+            return Ok(false);
+        };
+        tracing::info!(
+            event_id = %event.event.id,
+            attempt = event.attempt,
+            charged = event.charged_attempt(),
+            "took over a suspect (an expired lease): running it alone"
+        );
+        let held = hold_event(&self.shared, event, claimed_at);
+        start_event(&mut self.tasks, &self.shared, held);
+        Ok(true)
+    }
+
+    /// Lease up to `limit` events in one claim: a batch of pending events
+    /// (and expired batch leases on their second chance), or `alone`, one
+    /// suspect only. `Err(wait)` after a failed claim, with how long to
+    /// wait before the next.
+    async fn lease(
+        &mut self,
+        limit: u32,
+        alone: bool,
+        span: tracing::Span,
+    ) -> Result<Vec<ClaimedEvent>, Duration> {
+        let config = &self.shared.config;
+        let (skip_sources, skip_kinds) = self.shared.limits.saturated();
         let params = ClaimParams {
             skip_sources: &skip_sources,
             skip_kinds: &skip_kinds,
-            alone: true,
-            pending: false,
-            ..ClaimParams::new(&config.name, 1, config.lease)
+            alone,
+            pending: !alone,
+            ..ClaimParams::new(&config.name, limit, config.lease)
         };
-        let claim_span = tracing::debug_span!("claim alone", worker = %config.name);
-        match shared
+        let claimed = self
+            .shared
             .store
             .event_claim_many(&params)
-            .instrument(claim_span)
-            .await
-        {
+            .instrument(span)
+            .await;
+        match claimed {
             Ok(events) => {
                 self.claim_failures = 0;
-                let Some(event) = events.into_iter().next() else {
-                    return Ok(false);
-                };
-                tracing::info!(
-                    event_id = %event.event.id,
-                    attempt = event.attempt,
-                    charged = event.charged_attempt(),
-                    "took over a suspect (an expired lease): running it alone"
-                );
-                let held = hold_event(&shared, event, claimed_at);
-                start_event(&mut self.tasks, &shared, held);
-                Ok(true)
+                Ok(events)
             }
             Err(error) => Err(self.claim_failed(&error)),
         }
@@ -356,40 +370,21 @@ impl ClaimLoop {
     /// many were claimed (all of `limit`: more is probably due at once);
     /// `Err(wait)` after a failed claim, with how long to wait before the next.
     async fn claim(&mut self, limit: u32) -> Result<usize, Duration> {
-        let shared = Arc::clone(&self.shared);
-        let config = &shared.config;
         let claimed_at = Instant::now();
         self.last_claim = claimed_at;
-        let (skip_sources, skip_kinds) = shared.limits.saturated();
-        let params = ClaimParams {
-            skip_sources: &skip_sources,
-            skip_kinds: &skip_kinds,
-            alone: false,
-            ..ClaimParams::new(&config.name, limit, config.lease)
-        };
-        let claim_span = tracing::debug_span!("claim", worker = %config.name, limit);
-        match shared
-            .store
-            .event_claim_many(&params)
-            .instrument(claim_span)
-            .await
-        {
-            Ok(events) => {
-                self.claim_failures = 0;
-                let claimed = events.len();
-                self.backlog = claimed == limit as usize;
-                for event in events {
-                    let held = hold_event(&shared, event, claimed_at);
-                    if self.has_room() {
-                        start_event(&mut self.tasks, &shared, held);
-                    } else {
-                        self.ready.push_back(held);
-                    }
-                }
-                Ok(claimed)
+        let span = tracing::debug_span!("claim", worker = %self.shared.config.name, limit);
+        let events = self.lease(limit, false, span).await?;
+        let claimed = events.len();
+        self.backlog = claimed == limit as usize;
+        for event in events {
+            let held = hold_event(&self.shared, event, claimed_at);
+            if self.has_room() {
+                start_event(&mut self.tasks, &self.shared, held);
+            } else {
+                self.ready.push_back(held);
             }
-            Err(error) => Err(self.claim_failed(&error)),
         }
+        Ok(claimed)
     }
 
     /// Count a failed claim; returns how long to wait before the next.
