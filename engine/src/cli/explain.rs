@@ -86,11 +86,22 @@ impl Facts<'_> {
             .unwrap_or_else(|| "NAME".to_owned())
     }
 
-    /// "attempt 2 of 5".
-    fn attempt(&self, attempt: i32) -> String {
-        match self.max_attempts {
-            Some(max) => format!("attempt {attempt} of {max}"),
-            None => format!("attempt {attempt}"),
+    /// "attempt 2 of 5" for the `run`-th run of the current step; runs
+    /// interrupted beside other events are not charged, and say so.
+    fn attempt(&self, run: i32) -> String {
+        let interrupted = self.record.interrupted;
+        let charged = (run - interrupted).max(1);
+        let counted = match self.max_attempts {
+            Some(max) => format!("attempt {charged} of {max}"),
+            None => format!("attempt {charged}"),
+        };
+        if interrupted > 0 {
+            format!(
+                "{counted} (run {run}: {interrupted} earlier run(s) interrupted beside other \
+                 events, not charged)"
+            )
+        } else {
+            counted
         }
     }
 
@@ -221,7 +232,7 @@ fn dead(facts: &Facts<'_>) -> String {
          cancel {seq}`.",
         facts.finished(),
         facts.current_step(),
-        record.attempt,
+        (record.attempt - record.interrupted).max(0),
         facts.error(),
         facts.current_key(),
         facts.step_name(),
@@ -459,6 +470,7 @@ mod tests {
             lease_owner: Some("worker-a".into()),
             lease_token: 3,
             takeovers: 0,
+            interrupted: 0,
             last_error: None,
             finished_at: None,
         }
@@ -507,6 +519,23 @@ mod tests {
         );
         assert!(text.contains("bucket `admin_api:a`"), "{text}");
         assert!(text.contains("No attempt is spent"), "{text}");
+    }
+
+    #[test]
+    fn runs_interrupted_beside_other_events_are_not_counted_against_the_attempts() {
+        let mut r = record(EventState::Running, 1, 3);
+        r.interrupted = 2;
+        r.due_at = now() + chrono::Duration::seconds(20);
+        let text = say(&r, &steps(StepState::Running), &[]);
+        assert!(
+            text.contains(
+                "attempt 1 of 5 (run 3: 2 earlier run(s) interrupted beside other events, not charged)"
+            ),
+            "{text}"
+        );
+        r.interrupted = 0;
+        let text = say(&r, &steps(StepState::Running), &[]);
+        assert!(text.contains("attempt 3 of 5,"), "{text}");
     }
 
     #[test]

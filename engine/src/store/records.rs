@@ -484,6 +484,9 @@ pub struct EventRecord {
     pub lease_token: i64,
     /// Claims that took over an expired lease.
     pub takeovers: i32,
+    /// Runs of the step at `next_step` interrupted beside other events:
+    /// counted in `attempt`, not charged (docs/guarantees.md, exact blame).
+    pub interrupted: i32,
     /// The most recent failure or interruption.
     pub last_error: Option<String>,
     /// When it reached done, dead or parked.

@@ -145,6 +145,10 @@ fn fields(record: &EventRecord) -> Markup {
         ("fencing token", record.lease_token.to_string()),
         ("takeovers", record.takeovers.to_string()),
         (
+            "runs interrupted, not charged",
+            record.interrupted.to_string(),
+        ),
+        (
             "finished",
             record
                 .finished_at

@@ -461,6 +461,7 @@ fn record_from_row(row: &PgRow) -> Result<EventRecord, StoreError> {
         lease_owner: row.try_get("lease_owner")?,
         lease_token: row.try_get("lease_token")?,
         takeovers: row.try_get("takeovers")?,
+        interrupted: row.try_get("interrupted")?,
         last_error: row.try_get("last_error")?,
         finished_at: row.try_get("finished_at")?,
     })

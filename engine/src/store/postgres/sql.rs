@@ -230,19 +230,19 @@ pub const EVENT_OLDEST_PENDING_AGE: &str = "
 /// One event by row number.
 pub const EVENT_GET: &str = "
     SELECT id, source, dedup_key, kind, payload::text AS payload, received_at, state, step_count,
-           next_step, attempt, due_at, lease_owner, lease_token, takeovers, last_error, finished_at
+           next_step, attempt, due_at, lease_owner, lease_token, takeovers, interrupted, last_error, finished_at
     FROM tickmark_events WHERE id = $1";
 
 /// One event by dedup key.
 pub const EVENT_FIND: &str = "
     SELECT id, source, dedup_key, kind, payload::text AS payload, received_at, state, step_count,
-           next_step, attempt, due_at, lease_owner, lease_token, takeovers, last_error, finished_at
+           next_step, attempt, due_at, lease_owner, lease_token, takeovers, interrupted, last_error, finished_at
     FROM tickmark_events WHERE source = $1 AND dedup_key = $2";
 
 /// One event by its replay key (unique per source, like the dedup key).
 pub const EVENT_FIND_BY_REPLAY_KEY: &str = "
     SELECT id, source, dedup_key, kind, payload::text AS payload, received_at, state, step_count,
-           next_step, attempt, due_at, lease_owner, lease_token, takeovers, last_error, finished_at
+           next_step, attempt, due_at, lease_owner, lease_token, takeovers, interrupted, last_error, finished_at
     FROM tickmark_events WHERE source = $1 AND replay_key = $2";
 
 /// Outputs of the done steps, for resuming.

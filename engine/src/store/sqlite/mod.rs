@@ -414,6 +414,7 @@ fn record_from_row(row: &SqliteRow) -> Result<EventRecord, StoreError> {
         lease_owner: row.try_get("lease_owner")?,
         lease_token: row.try_get("lease_token")?,
         takeovers: row.try_get("takeovers")?,
+        interrupted: row.try_get("interrupted")?,
         last_error: row.try_get("last_error")?,
         finished_at: parse_time_opt(row.try_get("finished_at")?)?,
     })
