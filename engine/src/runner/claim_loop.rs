@@ -68,10 +68,9 @@ pub(super) struct ClaimLoop {
     backlog: bool,
     last_claim: Instant,
     mode: Mode,
-    /// This worker is counted as holding a batch in the engine's gate.
+    /// This worker is counted as holding a batch in the engine's gate (it
+    /// holds the gate alone exactly while in `Mode::Alone`).
     in_batch: bool,
-    /// This worker holds the engine's gate alone.
-    alone: bool,
     /// When this worker last asked whether a suspect waits.
     suspects_checked: Instant,
     /// A suspect waits that this busy worker leaves to others: its due time
@@ -92,7 +91,6 @@ impl ClaimLoop {
             last_claim: Instant::now(),
             mode: Mode::Batch,
             in_batch: false,
-            alone: false,
             suspects_checked: Instant::now(),
             suspect_waits: false,
         }
@@ -119,9 +117,8 @@ impl ClaimLoop {
                 self.wakeups = subscribe(self.shared.store.as_ref()).await;
             }
             self.start_ready();
-            if self.is_empty() && self.in_batch {
-                self.shared.gate.released();
-                self.in_batch = false;
+            if self.is_empty() {
+                self.leave_batch();
             }
 
             let flow = match self.mode {
@@ -135,7 +132,11 @@ impl ClaimLoop {
                 break;
             }
         }
-        let (gate, alone, in_batch) = (Arc::clone(&self.shared.gate), self.alone, self.in_batch);
+        let (gate, alone, in_batch) = (
+            Arc::clone(&self.shared.gate),
+            self.mode == Mode::Alone,
+            self.in_batch,
+        );
         self.shut_down().await;
         if alone {
             gate.alone_ended();
@@ -165,8 +166,7 @@ impl ClaimLoop {
         match self.claim(limit).await {
             Ok(claimed) if claimed == limit as usize => Flow::Continue,
             Ok(0) if self.is_empty() => {
-                self.shared.gate.released();
-                self.in_batch = false;
+                self.leave_batch();
                 match self.next_suspect(shutdown).await {
                     Flow::Continue if self.mode == Mode::Batch => self.wait(shutdown).await,
                     flow => flow,
@@ -180,26 +180,28 @@ impl ClaimLoop {
     /// With nothing in hand, claim the next suspect alone and run it alone
     /// (mode `Alone`); none (or the engine's gate taken): back to batches.
     async fn next_suspect(&mut self, shutdown: &CancellationToken) -> Flow {
-        if !self.alone {
-            if !self.shared.gate.enter_alone() {
-                self.mode = Mode::Batch;
-                return Flow::Continue;
-            }
-            self.alone = true;
+        if self.mode != Mode::Alone && !self.shared.gate.enter_alone() {
+            self.mode = Mode::Batch;
+            return Flow::Continue;
         }
         let claimed = self.claim_alone().await;
-        if !matches!(claimed, Ok(true)) {
-            self.shared.gate.alone_ended();
-            self.alone = false;
-            self.mode = Mode::Batch;
+        if let Ok(true) = claimed {
+            self.mode = Mode::Alone;
+            return Flow::Continue;
         }
+        self.shared.gate.alone_ended();
+        self.mode = Mode::Batch;
         match claimed {
-            Ok(true) => {
-                self.mode = Mode::Alone;
-                Flow::Continue
-            }
-            Ok(false) => Flow::Continue,
             Err(wait) => sleep_unless(shutdown, wait).await,
+            Ok(_) => Flow::Continue,
+        }
+    }
+
+    /// This worker holds nothing of a batch any more: say so to the gate.
+    fn leave_batch(&mut self) {
+        if self.in_batch {
+            self.shared.gate.released();
+            self.in_batch = false;
         }
     }
 

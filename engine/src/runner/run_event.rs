@@ -36,7 +36,6 @@ pub(crate) async fn run_event(
     }
 }
 
-/// One event's run in this worker, from its first unfinished step.
 /// Which run of a step this is, and how many of its attempts are charged
 /// (held against `max_attempts`): runs interrupted beside other events are
 /// not (docs/guarantees.md, exact blame).
@@ -51,6 +50,7 @@ impl Attempt {
     const FIRST: Attempt = Attempt { run: 1, charged: 1 };
 }
 
+/// One event's run in this worker, from its first unfinished step.
 struct EventRun<'a> {
     shared: &'a RunnerShared,
     claimed: &'a ClaimedEvent,
