@@ -18,6 +18,14 @@
 //! `--max-connections-per-address` with it: every connection here comes from
 //! 127.0.0.1; by default it is above the attack, so that every connection
 //! meets a timeout rather than a cap.)
+//!
+//! Clients that pipeline requests and never read the answers, at the default
+//! limits: 512 connections from four addresses (each its full share), each
+//! sending `GET /healthz` without end through a 4 KiB receive buffer. The
+//! server's answers back up, hyper stops reading and its header timer does
+//! not run, so only the write deadline frees these connections: every one
+//! is closed by the server, providers from another address get their 200s,
+//! and SIGTERM stops the process while such connections are open.
 
 #![cfg(target_os = "linux")]
 
@@ -55,13 +63,12 @@ struct App {
 }
 
 impl App {
+    /// `payments` with short read deadlines and `max_connections`, in all and
+    /// per address.
     async fn start(dir: &Path, max_connections: usize) -> App {
-        let log = dir.join("payments.log");
-        let database_url = format!("sqlite://{}", dir.join("payments.db").display());
-        let mut child = Command::new(env!("CARGO_BIN_EXE_payments"))
-            .current_dir(dir)
-            .args(["--database-url", &database_url, "--listen", "127.0.0.1:0"])
-            .args([
+        App::start_with(
+            dir,
+            &[
                 "--header-read-timeout",
                 &HEADER_READ_TIMEOUT_SECS.to_string(),
                 "--body-read-timeout",
@@ -74,7 +81,19 @@ impl App {
                 // its own test: receiver_limits::*::one_address_cannot_hold_every_connection).
                 "--max-connections-per-address",
                 &max_connections.to_string(),
-            ])
+            ],
+        )
+        .await
+    }
+
+    /// `payments` with these limit flags (none: the defaults).
+    async fn start_with(dir: &Path, limit_flags: &[&str]) -> App {
+        let log = dir.join("payments.log");
+        let database_url = format!("sqlite://{}", dir.join("payments.db").display());
+        let mut child = Command::new(env!("CARGO_BIN_EXE_payments"))
+            .current_dir(dir)
+            .args(["--database-url", &database_url, "--listen", "127.0.0.1:0"])
+            .args(limit_flags)
             .env("STRIPE_WEBHOOK_SECRET", SECRET)
             .env_remove("DATABASE_URL")
             .env("RUST_LOG", "warn")
@@ -344,4 +363,242 @@ async fn hostile_connections_are_closed_while_deliveries_get_through() {
     );
     let status = app.terminate().await;
     assert!(status.success(), "payments exits cleanly: {status}");
+}
+
+/// The attack's client addresses: four, each holding its full default share
+/// (128) of connections, 512 in all: every connection the server takes.
+const PIPELINING_ADDRESSES: [[u8; 4]; 4] = [
+    [127, 0, 0, 2],
+    [127, 0, 0, 3],
+    [127, 0, 0, 4],
+    [127, 0, 0, 5],
+];
+
+/// One pipelining client's first burst: 60,000 `GET /healthz` (2.3 MiB),
+/// whose answers (about 9 MiB) no socket buffer holds.
+fn pipelined_burst() -> Vec<u8> {
+    b"GET /healthz HTTP/1.1\r\nhost: x\r\n\r\n".repeat(60_000)
+}
+
+/// Connect from `from` with a 4 KiB receive buffer, send `burst`, then
+/// another request at a time without end, never reading; return once the
+/// server has closed the connection (a write fails: reset or broken pipe).
+async fn pipeline_without_reading(
+    server: SocketAddr,
+    from: std::net::Ipv4Addr,
+    burst: std::sync::Arc<Vec<u8>>,
+) {
+    let socket = tokio::net::TcpSocket::new_v4().expect("socket");
+    socket.set_recv_buffer_size(4096).expect("SO_RCVBUF");
+    socket
+        .bind(SocketAddr::from((from, 0)))
+        .expect("bind the client address");
+    let mut stream = socket.connect(server).await.expect("connect");
+    if stream.write_all(&burst).await.is_err() {
+        return;
+    }
+    while stream
+        .write_all(b"GET /healthz HTTP/1.1\r\nhost: x\r\n\r\n")
+        .await
+        .is_ok()
+    {}
+}
+
+/// Start the pipelining attack: `per_address` connections from each of
+/// [`PIPELINING_ADDRESSES`], in waves (see the test above). Each task ends
+/// when the server closes its connection.
+async fn pipelining_attack(server: SocketAddr, per_address: usize) -> tokio::task::JoinSet<()> {
+    let burst = std::sync::Arc::new(pipelined_burst());
+    let mut attack = tokio::task::JoinSet::new();
+    for i in 0..per_address {
+        for address in PIPELINING_ADDRESSES {
+            let burst = std::sync::Arc::clone(&burst);
+            attack.spawn(pipeline_without_reading(server, address.into(), burst));
+        }
+        if i % 25 == 24 {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+    attack
+}
+
+/// A signed delivery retried as a provider retries (after a 503 or a refused
+/// connection), until it is answered 200 or `within` has passed: the last
+/// answer, and how long it took.
+async fn deliver_with_retries(addr: SocketAddr, id: &str, within: Duration) -> (u16, Duration) {
+    let started = Instant::now();
+    loop {
+        let answer = tokio::time::timeout(Duration::from_secs(5), deliver(addr, id)).await;
+        let status = match answer {
+            Ok((status, _)) => status,
+            Err(_) => 0,
+        };
+        if status == 200 || started.elapsed() >= within {
+            return (status, started.elapsed());
+        }
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn clients_that_pipeline_and_never_read_are_closed_at_the_write_deadline() {
+    // 512 connections here and 512 in the child, and the deliveries.
+    assert!(
+        open_file_limit() >= 1200,
+        "this test needs `ulimit -n` of 1,200 at least, for 512 connections on each side"
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let app = App::start_with(dir.path(), &[]).await; // the defaults users run
+    let defaults = tickmark::serve::Limits::default();
+    let per_address = defaults.max_connections / PIPELINING_ADDRESSES.len();
+    assert_eq!(per_address, defaults.max_connections_per_address);
+    let started = Instant::now();
+    let mut attack = pipelining_attack(app.addr, per_address).await;
+
+    // Providers on another address, retrying as they do: every delivery gets
+    // its 200 once the write deadline has freed the connections.
+    let within = defaults.write_timeout * 4 + Duration::from_secs(30);
+    for i in 0..10 {
+        let (status, took) =
+            deliver_with_retries(app.addr, &format!("evt_pipelined_{i}"), within).await;
+        assert_eq!(
+            status,
+            200,
+            "delivery {i} got no 200 in {took:?} while pipelining clients held the server; log:\n{}",
+            std::fs::read_to_string(&app.log).unwrap_or_default()
+        );
+    }
+    let delivered_after = started.elapsed();
+
+    // Every pipelining connection is closed by the server.
+    let mut closed = 0;
+    let all_closed = tokio::time::timeout(within, async {
+        while let Some(done) = attack.join_next().await {
+            done.expect("attacker task");
+            closed += 1;
+        }
+    })
+    .await;
+    assert!(
+        all_closed.is_ok(),
+        "the server left {} of 512 pipelining connections open after {within:?} ({closed} closed)",
+        attack.len()
+    );
+    assert_eq!(closed, 512);
+    eprintln!(
+        "pipelining clients: 512 connections from 4 addresses at the default limits (write \
+         timeout {:?}); 10 deliveries answered 200 after {delivered_after:.1?}; all closed after \
+         {:.1?}; peak RSS {} MiB",
+        defaults.write_timeout,
+        started.elapsed(),
+        app.peak_rss_kib() / 1024
+    );
+    let status = app.terminate().await;
+    assert!(status.success(), "payments exits cleanly: {status}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_write_deadline_alone_closes_clients_that_never_read() {
+    // No cap on requests per connection: only the write deadline can free
+    // these connections. 64 from one address hold every connection.
+    let dir = tempfile::tempdir().unwrap();
+    let app = App::start_with(
+        dir.path(),
+        &[
+            "--max-requests-per-connection",
+            "1000000000",
+            "--max-connections",
+            "64",
+            "--max-connections-per-address",
+            "64",
+        ],
+    )
+    .await;
+    let defaults = tickmark::serve::Limits::default();
+    let burst = std::sync::Arc::new(pipelined_burst());
+    let mut attack = tokio::task::JoinSet::new();
+    for _ in 0..64 {
+        let burst = std::sync::Arc::clone(&burst);
+        attack.spawn(pipeline_without_reading(
+            app.addr,
+            [127, 0, 0, 2].into(),
+            burst,
+        ));
+    }
+    let within = defaults.write_timeout * 4 + Duration::from_secs(30);
+    let (status, took) = deliver_with_retries(app.addr, "evt_after_write_deadline", within).await;
+    assert_eq!(
+        status, 200,
+        "no 200 in {took:?} while clients that never read held every connection"
+    );
+    let all_closed = tokio::time::timeout(within, async {
+        while let Some(done) = attack.join_next().await {
+            done.expect("attacker task");
+        }
+    })
+    .await;
+    assert!(
+        all_closed.is_ok(),
+        "the server left {} of 64 connections that never read open after {within:?}",
+        attack.len()
+    );
+    eprintln!(
+        "write deadline alone: 64 pipelining connections closed, a delivery answered 200 after \
+         {took:.1?} (write timeout {:?})",
+        defaults.write_timeout
+    );
+    let status = app.terminate().await;
+    assert!(status.success(), "payments exits cleanly: {status}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigterm_stops_the_process_while_pipelining_clients_hold_connections() {
+    let dir = tempfile::tempdir().unwrap();
+    // Neither the write deadline, the body deadline nor the cap on requests
+    // can end these connections in time: only the shutdown deadline (10 s
+    // by default). Pipelining clients may still be answered when the
+    // signal comes, and the graceful shutdown closes them after that
+    // answer; a delivery whose body is still arriving is in flight for as
+    // long as it dribbles, so it holds the graceful shutdown for certain.
+    let app = App::start_with(
+        dir.path(),
+        &[
+            "--write-timeout",
+            "3600",
+            "--body-read-timeout",
+            "3600",
+            "--max-requests-per-connection",
+            "1000000000",
+        ],
+    )
+    .await;
+    let mut attack = pipelining_attack(app.addr, 8).await;
+    for _ in 0..4 {
+        attack.spawn(slow_body(app.addr));
+    }
+    // The server is serving: a delivery from another address gets its 200.
+    assert_eq!(deliver(app.addr, "evt_before_sigterm").await.0, 200);
+    // The slow bodies are in flight (their heads are read: the delivery
+    // above was answered after they connected, on a 2-thread runtime that
+    // serves connections in the order they come; and a body a KiB every 2 s
+    // for 1 MiB stays in flight for 17 minutes).
+
+    let sent = Instant::now();
+    let status = app.terminate().await; // fails if not within 30 s
+    let stopped_after = sent.elapsed();
+    assert!(status.success(), "payments exits cleanly: {status}");
+    // Every connection was still open at the signal: the process closed them.
+    let closed = tokio::time::timeout(Duration::from_secs(10), async {
+        while let Some(done) = attack.join_next().await {
+            done.expect("attacker task");
+        }
+    })
+    .await;
+    assert!(closed.is_ok(), "the stopped process left connections open");
+    let defaults = tickmark::serve::Limits::default();
+    eprintln!(
+        "SIGTERM with 32 pipelining connections and 4 slow bodies open: stopped after \
+         {stopped_after:.1?} (shutdown deadline {:?})",
+        defaults.shutdown_timeout
+    );
 }

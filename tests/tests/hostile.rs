@@ -13,7 +13,8 @@
 //! after each one `/healthz` still answers and `tickmark_events` is still
 //! empty.
 //!
-//! Header blocks larger than hyper's read buffer (about 400 KiB), or with
+//! Header blocks larger than hyper's read buffer (64 KiB under `tickmark::serve`,
+//! about 400 KiB under `axum::serve`), or with
 //! more than 100 header lines, never reach the receiver: hyper answers
 //! `431 Request Header Fields Too Large` itself, with an empty body, and
 //! closes the connection (`docs/fuzzing.md`, "Hostile requests"). A header value with a raw

@@ -1,6 +1,8 @@
 //! The accept loop: a router served on a listener within the connection
-//! limits: a cap on open connections, in all and per client address, and
-//! hyper's header-read timeout (which is also the idle keep-alive timeout).
+//! limits: a cap on open connections, in all and per client address,
+//! hyper's header-read timeout (which is also the idle keep-alive timeout),
+//! a write deadline ([`WriteDeadline`]), a cap on the requests one
+//! connection is answered, and a deadline on the graceful shutdown.
 //!
 //! Why not `axum::serve`: it exposes neither hyper's `header_read_timeout`
 //! nor a connection cap, and a listener on the internet needs both (a client
@@ -11,12 +13,15 @@
 //! the axum router as the hyper service. The hand-written parts are the caps
 //! (a semaphore: a permit per connection, tried without waiting; and the
 //! per-address shares), the canned 503 written to a connection refused
-//! beyond them, before closing it, and the peer address put in each
-//! request's extensions as axum's [`ConnectInfo`], as
-//! `into_make_service_with_connect_info` would.
+//! beyond them, before closing it, the write deadline, the count of answers
+//! per connection (the last says `Connection: close`, which hyper honours),
+//! closing what the graceful shutdown left open at its deadline, and the
+//! peer address put in each request's extensions as axum's [`ConnectInfo`],
+//! as `into_make_service_with_connect_info` would.
 
 use std::future::Future;
 use std::io;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, LazyLock};
 use std::time::Duration;
 
@@ -28,11 +33,19 @@ use hyper_util::server::graceful::GracefulShutdown;
 use hyper_util::service::TowerToHyperService;
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::Semaphore;
+use tokio_util::sync::CancellationToken;
 use tower::ServiceExt as _;
 use tower_http::timeout::RequestBodyDeadlineLayer;
 
 use super::address_share::AddressShares;
 use super::limits::{Limits, OVERLOAD_RETRY_AFTER};
+use super::write_deadline::WriteDeadline;
+
+/// hyper's buffer per connection: what it holds of a request head, and of
+/// pipelined requests not yet answered (hyper's default is about 400 KiB).
+/// 64 KiB takes any head a provider or a browser sends (nginx takes 32 KiB
+/// by default) and keeps 512 pipelining clients to 32 MiB.
+const CONNECTION_BUFFER_BYTES: usize = 64 * 1024;
 
 /// What a connection beyond the cap is sent before it is closed: the same
 /// JSON refusal as an overloaded delivery, as raw bytes because nothing of
@@ -75,7 +88,11 @@ pub(crate) async fn serve(
     let mut builder = http1::Builder::new();
     builder
         .timer(TokioTimer::new())
-        .header_read_timeout(limits.header_read_timeout);
+        .header_read_timeout(limits.header_read_timeout)
+        .max_buf_size(CONNECTION_BUFFER_BYTES);
+    // Cancelled when the graceful shutdown's deadline passes: every
+    // connection still open is then closed.
+    let close_all = CancellationToken::new();
     // Every route's body within the body-read timeout (the receiver's
     // deliveries have the same deadline of their own, for other servers).
     let router = router.layer(RequestBodyDeadlineLayer::new(limits.body_read_timeout));
@@ -101,21 +118,38 @@ pub(crate) async fn serve(
         };
         // Answers are small and written at once: do not hold them back.
         let _ = stream.set_nodelay(true);
-        let service =
-            router
-                .clone()
-                .map_request(move |mut request: http::Request<hyper::body::Incoming>| {
-                    request.extensions_mut().insert(ConnectInfo(peer));
-                    request
-                });
-        let connection =
-            builder.serve_connection(TokioIo::new(stream), TowerToHyperService::new(service));
+        // hyper may clone the service: the count is the connection's.
+        let answered = Arc::new(AtomicUsize::new(0));
+        let max_requests = limits.max_requests_per_connection;
+        let service = router
+            .clone()
+            .map_request(move |mut request: http::Request<hyper::body::Incoming>| {
+                request.extensions_mut().insert(ConnectInfo(peer));
+                request
+            })
+            .map_response(move |mut response: axum::response::Response| {
+                if answered.fetch_add(1, Ordering::Relaxed) + 1 >= max_requests {
+                    response.headers_mut().insert(
+                        http::header::CONNECTION,
+                        http::HeaderValue::from_static("close"),
+                    );
+                }
+                response
+            });
+        let io = TokioIo::new(WriteDeadline::new(stream, limits.write_timeout));
+        let connection = builder.serve_connection(io, TowerToHyperService::new(service));
         let connection = graceful.watch(connection);
+        let close = close_all.clone();
         tokio::spawn(async move {
-            if let Err(error) = connection.await {
-                // Timeouts, resets and malformed requests end up here: the
-                // client's doing, not an error of this process.
-                tracing::debug!(%error, "connection closed");
+            tokio::select! {
+                served = connection => if let Err(error) = served {
+                    // Timeouts, resets and malformed requests end up here:
+                    // the client's doing, not an error of this process.
+                    tracing::debug!(%error, "connection closed");
+                },
+                () = close.cancelled() => {
+                    tracing::debug!("connection closed at the shutdown deadline");
+                }
             }
             drop((permit, share));
         });
@@ -125,7 +159,16 @@ pub(crate) async fn serve(
         open = graceful.count(),
         "no longer accepting; waiting for open connections"
     );
-    graceful.shutdown().await;
+    if tokio::time::timeout(limits.shutdown_timeout, graceful.shutdown())
+        .await
+        .is_err()
+    {
+        tracing::info!(
+            deadline = ?limits.shutdown_timeout,
+            "connections still open at the shutdown deadline are closed"
+        );
+        close_all.cancel();
+    }
     Ok(())
 }
 

@@ -22,6 +22,20 @@ pub const DEFAULT_HEADER_READ_TIMEOUT: Duration = Duration::from_secs(10);
 /// delivery after 10 s, Shopify after 5 s: no provider takes longer to send.
 pub const DEFAULT_BODY_READ_TIMEOUT: Duration = Duration::from_secs(10);
 
+/// The default [`Limits::write_timeout`]: 10 s. A provider or a browser takes
+/// an answer of a few KiB at once; a client that leaves it in the socket for
+/// 10 s is not reading.
+pub const DEFAULT_WRITE_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// The default [`Limits::shutdown_timeout`]: 10 s, as long as the longest of
+/// the other deadlines, so a request that keeps to them finishes.
+pub const DEFAULT_SHUTDOWN_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// The default [`Limits::max_requests_per_connection`]: 1,000, as nginx's
+/// `keepalive_requests`. A provider opens a connection per delivery or keeps
+/// one for a burst; 1,000 answers on one connection is a client pipelining.
+pub const DEFAULT_MAX_REQUESTS_PER_CONNECTION: usize = 1000;
+
 /// The default [`Limits::max_connections`]: 512, half of the common limit of
 /// 1,024 open files, so that the database, the log and the process's other
 /// files always have descriptors left.
@@ -79,6 +93,26 @@ pub struct Limits {
     /// [`Receiver::router`](crate::receiver::Receiver::router) however it is
     /// served.
     pub body_read_timeout: Duration,
+    /// How long the server's answers may wait for the client to take them:
+    /// the deadline starts when the socket's send buffer is full (the client
+    /// is not reading) and restarts when everything written so far has been
+    /// taken. At the deadline the connection is closed. This is what frees a
+    /// connection that pipelines requests and never reads the answers (the
+    /// header-read timeout does not run while the server waits to write).
+    /// Applies to [`serve`](super::serve).
+    pub write_timeout: Duration,
+    /// Most requests answered on one connection: the answer to the last one
+    /// says `Connection: close` and the connection is closed after it. With
+    /// [`Limits::write_timeout`] this bounds what one pipelining client can
+    /// make the server do on one connection; hyper's read buffer (64 KiB)
+    /// bounds what it holds of requests not yet answered. Applies to
+    /// [`serve`](super::serve).
+    pub max_requests_per_connection: usize,
+    /// After the shutdown signal: how long the open connections may take to
+    /// finish their requests (idle ones are closed at once). Connections
+    /// still open then are closed, so a stop never waits on a client.
+    /// Applies to [`serve`](super::serve).
+    pub shutdown_timeout: Duration,
     /// Most connections open at once. A connection accepted beyond it is
     /// answered `503` with `Retry-After` (best effort) and closed at once,
     /// before anything is read. Keep it below the process's open-file limit
@@ -108,6 +142,9 @@ impl Default for Limits {
         Self {
             header_read_timeout: DEFAULT_HEADER_READ_TIMEOUT,
             body_read_timeout: DEFAULT_BODY_READ_TIMEOUT,
+            write_timeout: DEFAULT_WRITE_TIMEOUT,
+            max_requests_per_connection: DEFAULT_MAX_REQUESTS_PER_CONNECTION,
+            shutdown_timeout: DEFAULT_SHUTDOWN_TIMEOUT,
             max_connections: DEFAULT_MAX_CONNECTIONS,
             max_connections_per_address: DEFAULT_MAX_CONNECTIONS_PER_ADDRESS,
             accept_backlog: DEFAULT_ACCEPT_BACKLOG,
@@ -125,6 +162,10 @@ impl Limits {
         Self {
             header_read_timeout: at_least(self.header_read_timeout),
             body_read_timeout: at_least(self.body_read_timeout),
+            write_timeout: at_least(self.write_timeout),
+            max_requests_per_connection: self.max_requests_per_connection.max(1),
+            // Zero is a workable shutdown deadline: close everything at once.
+            shutdown_timeout: self.shutdown_timeout,
             max_connections: self.max_connections.max(1),
             max_connections_per_address: self.max_connections_per_address.max(1),
             accept_backlog: self.accept_backlog.max(1),
@@ -142,6 +183,9 @@ mod tests {
         let zero = Limits {
             header_read_timeout: Duration::ZERO,
             body_read_timeout: Duration::ZERO,
+            write_timeout: Duration::ZERO,
+            max_requests_per_connection: 0,
+            shutdown_timeout: Duration::ZERO,
             max_connections: 0,
             max_connections_per_address: 0,
             accept_backlog: 0,
@@ -155,6 +199,8 @@ mod tests {
         );
         assert!(zero.header_read_timeout > Duration::ZERO);
         assert!(zero.body_read_timeout > Duration::ZERO);
+        assert!(zero.write_timeout > Duration::ZERO);
+        assert_eq!(zero.max_requests_per_connection, 1);
         assert_eq!(Limits::default().sanitised(), Limits::default());
     }
 }

@@ -6,6 +6,9 @@
 //! |---|---|
 //! | [`Limits::header_read_timeout`] (also the idle keep-alive timeout) | a client that connects and sends nothing, or its head a byte at a time (slowloris) |
 //! | [`Limits::body_read_timeout`] | a body sent a byte a second: 408 at the deadline |
+//! | [`Limits::write_timeout`] | a client that pipelines requests and never reads the answers |
+//! | [`Limits::max_requests_per_connection`] | one connection made to answer requests without end |
+//! | [`Limits::shutdown_timeout`] | a stop that waits on a client: what is open at the deadline is closed |
 //! | [`Limits::max_connections`] | more connections than the process has file descriptors for: 503 and close, at once |
 //! | [`Limits::max_connections_per_address`] | one client holding every connection: 503 and close, at once |
 //! | [`Limits::accept_backlog`] ([`bind`]) | the kernel's queue of connections not yet accepted |
@@ -48,6 +51,7 @@
 mod accept_loop;
 mod address_share;
 mod limits;
+mod write_deadline;
 
 use std::future::Future;
 use std::io;
@@ -59,14 +63,17 @@ use tokio::net::{TcpListener, TcpSocket};
 pub use limits::{
     Limits, DEFAULT_ACCEPT_BACKLOG, DEFAULT_BODY_READ_TIMEOUT, DEFAULT_HEADER_READ_TIMEOUT,
     DEFAULT_MAX_CONNECTIONS, DEFAULT_MAX_CONNECTIONS_PER_ADDRESS, DEFAULT_MAX_IN_FLIGHT,
+    DEFAULT_MAX_REQUESTS_PER_CONNECTION, DEFAULT_SHUTDOWN_TIMEOUT, DEFAULT_WRITE_TIMEOUT,
     OVERLOAD_RETRY_AFTER,
 };
 
 /// Serve `router` on `listener` within `limits` until `shutdown` completes;
 /// then stop accepting, let the open connections finish their requests
-/// (idle ones are closed at once), and return. Every route's body must
-/// arrive within [`Limits::body_read_timeout`]; a connection's head within
-/// [`Limits::header_read_timeout`]; connections beyond
+/// (idle ones are closed at once) for at most [`Limits::shutdown_timeout`],
+/// close the rest, and return. Every route's body must arrive within
+/// [`Limits::body_read_timeout`]; a connection's head within
+/// [`Limits::header_read_timeout`]; its answers must be taken within
+/// [`Limits::write_timeout`]; connections beyond
 /// [`Limits::max_connections`] or [`Limits::max_connections_per_address`]
 /// get a canned 503 and are closed before anything is read.
 pub async fn serve(

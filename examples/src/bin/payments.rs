@@ -5,7 +5,8 @@
 //!     [--database-url URL] [--listen ADDR] [--receipt-url URL] [--render-secs N] \
 //!     [--out-dir DIR] [--public-url URL] \
 //!     [--dashboard-listen ADDR --dashboard-token TOKEN [--metrics-public]] \
-//!     [--header-read-timeout SECS] [--body-read-timeout SECS] \
+//!     [--header-read-timeout SECS] [--body-read-timeout SECS] [--write-timeout SECS] \
+//!     [--max-requests-per-connection N] \
 //!     [--max-connections N] [--max-connections-per-address N] [--max-in-flight N] \
 //!     [--body-limit BYTES]
 //! ```
@@ -29,6 +30,7 @@ use tickmark::receiver::{
     Limits, PublicBaseUrl, DEFAULT_BODY_LIMIT, DEFAULT_MAX_CONNECTIONS,
     DEFAULT_MAX_CONNECTIONS_PER_ADDRESS, DEFAULT_MAX_IN_FLIGHT,
 };
+use tickmark::serve::DEFAULT_MAX_REQUESTS_PER_CONNECTION;
 use tickmark::{Engine, Receiver, WorkerConfig};
 use tickmark_examples::payments::{self, ReceiptClient, ReceiptUrl, Settings, SourceSetup};
 use tickmark_examples::shutdown::shutdown_signal;
@@ -142,6 +144,16 @@ struct Args {
     #[arg(long, value_name = "SECS", default_value = "10", value_parser = parse_seconds)]
     body_read_timeout: Duration,
 
+    /// Seconds an answer may wait for the client to read it (counted while
+    /// the socket takes nothing). A client that pipelines requests and never
+    /// reads the answers is closed then.
+    #[arg(long, value_name = "SECS", default_value = "10", value_parser = parse_seconds)]
+    write_timeout: Duration,
+
+    /// Most requests answered on one connection; the last answer closes it.
+    #[arg(long, value_name = "N", default_value_t = DEFAULT_MAX_REQUESTS_PER_CONNECTION)]
+    max_requests_per_connection: usize,
+
     /// Most connections open at once; more are answered 503 and closed at
     /// once. Keep it below the open-file limit (`ulimit -n`).
     #[arg(long, value_name = "N", default_value_t = DEFAULT_MAX_CONNECTIONS)]
@@ -239,6 +251,8 @@ async fn run(args: Args) -> Result<(), String> {
     let mut limits = Limits::default();
     limits.header_read_timeout = args.header_read_timeout;
     limits.body_read_timeout = args.body_read_timeout;
+    limits.write_timeout = args.write_timeout;
+    limits.max_requests_per_connection = args.max_requests_per_connection;
     limits.max_connections = args.max_connections;
     limits.max_connections_per_address = args.max_connections_per_address;
     limits.max_in_flight = args.max_in_flight;
@@ -304,14 +318,19 @@ async fn run(args: Args) -> Result<(), String> {
         .worker(WorkerConfig::default())
         .map_err(|e| format!("invalid worker settings: {e}"))?;
     let worker = tokio::spawn(worker.run(stop_worker.clone()));
+    // On the signal, the HTTP server and the worker stop together: the
+    // worker's grace period for running steps runs while the connections
+    // finish, not after them (a client holding a connection must not hold
+    // the worker's stop back).
     tokio::spawn({
-        let stop_http = stop_http.clone();
+        let (stop_http, stop_worker) = (stop_http.clone(), stop_worker.clone());
         async move {
             shutdown_signal().await;
             tracing::info!(
                 "shutting down: no new deliveries; running steps get their grace period"
             );
             stop_http.cancel();
+            stop_worker.cancel();
         }
     });
 
@@ -327,8 +346,9 @@ async fn run(args: Args) -> Result<(), String> {
         tokio::spawn(tickmark::serve::serve(listener, router, limits, stop))
     });
 
-    // Stop accepting first (requests in flight finish), then the worker's
-    // graceful shutdown: running steps finish or are released. `serve`
+    // The server stops accepting on the signal (requests in flight finish,
+    // within the shutdown deadline); the worker's graceful shutdown runs at
+    // the same time: running steps finish or are released. `serve`
     // applies the connection limits (header-read timeout, connection caps).
     let served = receiver
         .serve(listener, stop_http.clone().cancelled_owned())
@@ -372,6 +392,11 @@ mod tests {
         let defaults = Limits::default();
         assert_eq!(args.header_read_timeout, defaults.header_read_timeout);
         assert_eq!(args.body_read_timeout, defaults.body_read_timeout);
+        assert_eq!(args.write_timeout, defaults.write_timeout);
+        assert_eq!(
+            args.max_requests_per_connection,
+            defaults.max_requests_per_connection
+        );
         assert_eq!(args.max_connections, defaults.max_connections);
         assert_eq!(
             args.max_connections_per_address,

@@ -264,19 +264,25 @@ async fn run(args: Args) -> Result<(), String> {
         .worker(args.worker())
         .map_err(|e| format!("invalid worker settings: {e}"))?;
     let worker = tokio::spawn(worker.run(stop_worker.clone()));
+    // On the signal, the HTTP server and the worker stop together: the
+    // worker's grace period for running steps runs while the connections
+    // finish, not after them (a client holding a connection must not hold
+    // the worker's stop back).
     tokio::spawn({
-        let stop_http = stop_http.clone();
+        let (stop_http, stop_worker) = (stop_http.clone(), stop_worker.clone());
         async move {
             shutdown_signal().await;
             tracing::info!(
                 "shutting down: no new deliveries; running steps get their grace period"
             );
             stop_http.cancel();
+            stop_worker.cancel();
         }
     });
 
-    // Stop accepting first (requests in flight finish), then the worker's
-    // graceful shutdown: running steps finish or are released.
+    // The server stops accepting on the signal (requests in flight finish,
+    // within the shutdown deadline); the worker's graceful shutdown runs at
+    // the same time: running steps finish or are released.
     let served = receiver
         .serve(listener, stop_http.clone().cancelled_owned())
         .await;
