@@ -38,17 +38,30 @@ pub(crate) async fn heartbeat_loop(
             continue;
         }
         let sent_at = Instant::now();
-        let answer = retry_transient("heartbeat", every / 2, || {
-            store.event_heartbeat_many(&leases, lease_for)
-        })
+        // A deadline of one interval: a heartbeat stuck behind a pooler's
+        // queue (or a hung connection) must not hold the loop, or the next
+        // renewals and the expiry check above, past the leases themselves.
+        let answer = tokio::time::timeout(
+            every,
+            retry_transient("heartbeat", every / 2, || {
+                store.event_heartbeat_many(&leases, lease_for)
+            }),
+        )
         .await;
         match answer {
-            Ok(renewed) => {
+            Ok(Ok(renewed)) => {
                 let lost = book.renewed(&leases, &renewed, sent_at, lease_for);
                 on_lost(lost);
             }
-            Err(error) => {
+            Ok(Err(error)) => {
                 tracing::warn!(%error, leases = leases.len(), "heartbeat failed; leases run out unless the next one succeeds");
+            }
+            Err(_) => {
+                tracing::warn!(
+                    leases = leases.len(),
+                    deadline = ?every,
+                    "heartbeat got no answer within its interval (a pooler's queue, a hung connection?); leases run out unless the next one succeeds"
+                );
             }
         }
     }
