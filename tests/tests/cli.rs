@@ -404,7 +404,7 @@ async fn cancel_stops_a_running_worker(db: TestDb) {
 
 /// `prune` refuses a dedup window shorter than the sources' retry windows
 /// (unless `--i-know`), deletes old events however short `--older-than` is
-/// while their tombstones keep the default 14-day dedup window, and reports
+/// while their tombstones keep the default 30-day dedup window, and reports
 /// what it deleted.
 async fn prune_refuses_an_unsafe_window(db: TestDb) {
     let engine = engine(&db, three_steps());
@@ -430,7 +430,7 @@ async fn prune_refuses_an_unsafe_window(db: TestDb) {
     .await;
     assert_eq!(refused.code, 4, "{refused:?}");
     assert!(
-        refused.stderr.contains("`stripe` (3d)") && refused.stderr.contains("--i-know"),
+        refused.stderr.contains("`stripe` (4w 2d)") && refused.stderr.contains("--i-know"),
         "{refused:?}"
     );
     let safe = tickmark(&db, &["prune", "--older-than", "3d", "--json"])
@@ -462,7 +462,7 @@ async fn prune_refuses_an_unsafe_window(db: TestDb) {
         (json["deleted"].clone(), json["batches"].clone()),
         (json!(4), json!(2))
     );
-    assert_eq!(json["dedup_window_seconds"], 14 * 86_400);
+    assert_eq!(json["dedup_window_seconds"], 30 * 86_400);
     assert_eq!(json["tombstones_expired"], 0);
     let redelivered = engine
         .accept(NewEvent::with_id(

@@ -14,8 +14,10 @@ use super::{Failure, Output};
 use crate::store::admin::PruneBatch;
 use crate::store::Store;
 
-/// The dedup window when `--dedup-window` is not given.
-const DEFAULT_DEDUP_WINDOW: &str = "14d";
+/// The dedup window when `--dedup-window` is not given: the longest window
+/// in which a provider may deliver an event again (Stripe's resend by hand,
+/// 30 days), so a default prune never lets a redelivery run twice.
+const DEFAULT_DEDUP_WINDOW: &str = "30d";
 
 pub(crate) const LONG_ABOUT: &str = "\
 Delete finished events (done, ignored, cancelled, stale, superseded; dead ones too with
@@ -28,15 +30,17 @@ A deleted event received within --dedup-window leaves a tombstone: its source, a
 hash of its dedup key (and of its replay key), and when it was accepted, about 100 bytes.
 A provider that redelivers it within the window gets a duplicate answer and nothing runs.
 Tombstones older than the window are deleted by the same command; after that a redelivery
-is accepted as new and runs again. So the dedup window must exceed the longest retry window
-among the sources in the database (stripe 3d, standard_webhooks 3d, svix 28h, shopify 4h;
-any other source counts as 3d). A shorter one is refused unless --i-know. --older-than may
-be as short as you like: it only decides how long payloads and step rows stay readable.";
+is accepted as new and runs again. So the dedup window must exceed the longest window in
+which a provider may deliver again among the sources in the database (stripe 30d: it
+retries for 3 days and resends by hand for 30; github 3d: it never retries, but redelivers
+by hand for 3 days; standard_webhooks 3d, svix 28h, shopify 4h; any other source counts as
+30d). A shorter one is refused unless --i-know. --older-than may be as short as you like:
+it only decides how long payloads and step rows stay readable.";
 
 pub(crate) const AFTER_HELP: &str = "\
 Examples:
-  tickmark prune --older-than 2d                      # payloads 2 days, dedup 14 days
-  tickmark prune --older-than 1d --dedup-window 30d --include-dead --batch 5000
+  tickmark prune --older-than 2d                      # payloads 2 days, dedup 30 days
+  tickmark prune --older-than 1d --dedup-window 45d --include-dead --batch 5000
   tickmark prune --older-than 1h --dedup-window 1h --i-know   # a test database: no retries
 
 Run it on a schedule (cron, a systemd timer) so the tables stay level: docs/operations.md.
@@ -215,10 +219,10 @@ mod tests {
         let text = refusal(
             Duration::from_secs(3600),
             "stripe",
-            Duration::from_secs(3 * 86_400),
+            Duration::from_secs(30 * 86_400),
         );
         assert!(text.contains("--dedup-window 1h"), "{text}");
-        assert!(text.contains("`stripe` (3d)"), "{text}");
+        assert!(text.contains("`stripe` (4w 2d)"), "{text}");
         assert!(text.contains("--i-know"), "{text}");
         assert!(text.contains("shopify 4h"), "{text}");
     }

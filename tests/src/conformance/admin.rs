@@ -998,11 +998,11 @@ pub async fn prune_deletes_only_finished_events_older_than_the_cutoff(db: TestDb
 }
 
 /// One prune batch: events older than `older_than`, with tombstones for
-/// those within prune's default dedup window (14 days).
+/// those within prune's default dedup window (30 days).
 fn prune(older_than: Duration, include_dead: bool, batch: u32) -> PruneBatch {
     PruneBatch {
         older_than,
-        dedup_window: Duration::from_secs(14 * 86_400),
+        dedup_window: Duration::from_secs(30 * 86_400),
         include_dead,
         batch,
     }
