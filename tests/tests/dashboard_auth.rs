@@ -234,6 +234,38 @@ async fn wrong_bearer_and_retry_tokens_count_and_missing_ones_do_not() {
     );
 }
 
+/// A retry request carrying a bearer token and a form token is one guess,
+/// the bearer: a right form token beside a wrong bearer is refused, so a
+/// guesser cannot try two tokens for each failure counted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_retry_request_is_one_guess_however_many_tokens_it_carries() {
+    let (db, engine) = sqlite_engine().await;
+    order_paid(&engine, "evt_two_tokens").await;
+    let seq = db.record_of("shop", "evt_two_tokens").await.event.seq;
+    let server = serve(Dashboard::new(engine.clone()).token(TOKEN), &engine).await;
+    let client = HttpClient::new();
+    let retry = format!("/events/{seq}/retry");
+
+    let two_tokens =
+        post(&retry, &[("token", TOKEN)]).header("authorization", "Bearer wrong-token");
+    let reply = send(&client, &server, &two_tokens).await;
+    assert_eq!(
+        reply.status,
+        401,
+        "the right form token was a second, uncounted guess beside a wrong bearer: {}",
+        text(&reply)
+    );
+    // Each such request counts once, and the budget runs out as for one token.
+    for _ in 1..DEFAULT_PER_CLIENT {
+        let reply = send(&client, &server, &two_tokens).await;
+        assert_eq!(reply.status, 401, "{}", text(&reply));
+    }
+    assert_locked(
+        &send(&client, &server, &post(&retry, &[("token", TOKEN)])).await,
+        "the right token once the budget is spent",
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_global_budget_holds_everyone_and_is_all_there_is_without_an_address() {
     let (_db, engine) = sqlite_engine().await;

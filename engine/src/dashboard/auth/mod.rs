@@ -179,12 +179,16 @@ impl Auth {
         let bearer = token::bearer(headers);
         if bearer.is_some() || !form_token.is_empty() {
             let gate = self.throttle.gate(client).map_err(Refusal::Locked)?;
-            if bearer.is_some_and(|candidate| self.token.matches(candidate)) {
-                return Ok(Access::Bearer);
-            }
-            if self.token.matches(form_token) {
+            // One guess per request: the bearer token when there is one,
+            // else the form's. Checking both would give a guesser two tries
+            // for each failure the throttle counts.
+            let candidate = bearer.unwrap_or(form_token);
+            if self.token.matches(candidate) {
                 drop(gate);
-                return Ok(self.session_access(headers).unwrap_or(Access::Anonymous));
+                return Ok(match bearer {
+                    Some(_) => Access::Bearer,
+                    None => self.session_access(headers).unwrap_or(Access::Anonymous),
+                });
             }
             gate.failed();
         }
