@@ -10,9 +10,11 @@ use std::process::Stdio;
 use std::time::Duration;
 
 use serde_json::json;
+use tickmark::store::postgres::PostgresStore;
 use tickmark::{Handler, Handlers, NewEvent};
 use tickmark_tests::conformance::{engine, quick_worker};
-use tickmark_tests::pgbouncer::PoolMode;
+use tickmark_tests::pgbouncer::{PgBouncer, PoolMode};
+use tickmark_tests::Probe;
 use tickmark_tests::test_steps::{Credit, Record};
 use tickmark_tests::{wait, TestDb};
 use tokio::process::Command;
@@ -335,4 +337,58 @@ async fn a_pooler_setting_that_cannot_work_is_refused_with_its_reason() {
             .to_string();
         assert!(error.contains(says), "{url}: {error}");
     }
+}
+
+/// A migration that fails through a transaction pooler holds no lock once
+/// it has failed, and the next start, the cause removed, migrates at once.
+/// (sqlx's migrator takes a session-level advisory lock, which neither a
+/// rollback nor the client's disconnection releases on a server connection
+/// the pooler keeps: the next start, on another server connection, waited
+/// in `pg_advisory_lock` for ever.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failed_migration_through_a_transaction_pooler_leaves_no_lock_behind() {
+    let Some(bouncer) = PgBouncer::start(PoolMode::Transaction, &[]).await else {
+        return;
+    };
+    let direct = Probe::connect(bouncer.direct_url()).await;
+    // The first migration creates this table, so it fails.
+    direct
+        .execute("CREATE TABLE tickmark_events (squatter INT)")
+        .await;
+    let error = PostgresStore::connect(&bouncer.url(false))
+        .await
+        .expect_err("the first migration fails")
+        .to_string();
+    assert!(error.contains("tickmark_events"), "{error}");
+
+    wait::until(
+        "no server connection of the pooler holds an advisory lock",
+        Duration::from_secs(10),
+        || async {
+            direct
+                .scalar(
+                    "SELECT count(*) FROM pg_locks AS l JOIN pg_stat_activity AS a ON a.pid = l.pid
+                     WHERE l.locktype = 'advisory' AND a.usename = current_user",
+                )
+                .await
+                == 0
+        },
+    )
+    .await;
+
+    direct.execute("DROP TABLE tickmark_events").await;
+    let store = tokio::time::timeout(
+        Duration::from_secs(20),
+        PostgresStore::connect(&bouncer.url(false)),
+    )
+    .await
+    .unwrap_or_else(|_| panic!("the next start hung\n{}", bouncer.log()))
+    .expect("the next start migrates");
+    assert!(store.executor().pinned());
+    assert!(
+        direct
+            .scalar("SELECT count(*) FROM _sqlx_migrations WHERE success")
+            .await
+            >= 1
+    );
 }
