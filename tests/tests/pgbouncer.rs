@@ -16,8 +16,8 @@ use tickmark::store::postgres::PostgresStore;
 use tickmark::{Handler, Handlers, NewEvent};
 use tickmark_tests::conformance::{engine, quick_worker};
 use tickmark_tests::pgbouncer::{PgBouncer, PoolMode, SERVER_CONNECTIONS};
-use tickmark_tests::Probe;
 use tickmark_tests::test_steps::{Credit, Record};
+use tickmark_tests::Probe;
 use tickmark_tests::{wait, TestDb};
 use tokio::process::Command;
 
