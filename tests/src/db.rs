@@ -173,25 +173,74 @@ impl TestDb {
 impl Drop for TestDb {
     fn drop(&mut self) {
         if let Cleanup::Postgres { admin_url, schema } = &self.cleanup {
-            let (admin_url, schema) = (admin_url.clone(), schema.clone());
-            // Drop runs outside any runtime we may block, so use a thread of its own.
-            let _ = std::thread::spawn(move || {
-                let runtime = tokio::runtime::Builder::new_current_thread()
-                    .enable_all()
-                    .build()
-                    .expect("runtime");
-                runtime.block_on(async {
-                    if let Ok(mut admin) = sqlx::PgConnection::connect(&admin_url).await {
-                        let _ = sqlx::query(&format!("DROP SCHEMA IF EXISTS {schema} CASCADE"))
-                            .execute(&mut admin)
-                            .await;
-                        let _ = admin.close().await;
-                    }
-                });
-            })
-            .join();
+            drop_schema(admin_url, schema);
         }
     }
+}
+
+/// A new, empty schema in the PostgreSQL test database, without a store
+/// (nothing migrated yet), dropped with this: for tests that migrate it
+/// their own way, as an older release did.
+pub struct EmptySchema {
+    /// A URL whose connections use the schema (`search_path`).
+    pub url: String,
+    admin_url: String,
+    schema: String,
+}
+
+impl EmptySchema {
+    /// A new schema, or `None` when PostgreSQL tests are skipped.
+    pub async fn new() -> Option<EmptySchema> {
+        init_tracing();
+        let admin_url = postgres_url()?;
+        let schema = format!(
+            "tm_{}_{}_{:04x}",
+            std::process::id(),
+            NEXT.fetch_add(1, Ordering::Relaxed),
+            rand::random::<u16>()
+        );
+        let mut admin = sqlx::PgConnection::connect(&admin_url)
+            .await
+            .unwrap_or_else(|e| panic!("PostgreSQL at {admin_url} is unreachable: {e}"));
+        sqlx::query(&format!("CREATE SCHEMA {schema}"))
+            .execute(&mut admin)
+            .await
+            .expect("create test schema");
+        let _ = admin.close().await;
+        let separator = if admin_url.contains('?') { '&' } else { '?' };
+        let url = format!("{admin_url}{separator}options[search_path]={schema}");
+        Some(EmptySchema {
+            url,
+            admin_url,
+            schema,
+        })
+    }
+}
+
+impl Drop for EmptySchema {
+    fn drop(&mut self) {
+        drop_schema(&self.admin_url, &self.schema);
+    }
+}
+
+fn drop_schema(admin_url: &str, schema: &str) {
+    let (admin_url, schema) = (admin_url.to_owned(), schema.to_owned());
+    // Drop runs outside any runtime we may block, so use a thread of its own.
+    let _ = std::thread::spawn(move || {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .expect("runtime");
+        runtime.block_on(async {
+            if let Ok(mut admin) = sqlx::PgConnection::connect(&admin_url).await {
+                let _ = sqlx::query(&format!("DROP SCHEMA IF EXISTS {schema} CASCADE"))
+                    .execute(&mut admin)
+                    .await;
+                let _ = admin.close().await;
+            }
+        });
+    })
+    .join();
 }
 
 /// The PostgreSQL URL for tests, or `None` when they are skipped on purpose.

@@ -247,6 +247,12 @@ impl PgBouncer {
         url
     }
 
+    /// The URL through the pooler without tickmark's parameters, as one
+    /// who has not read docs/deploying.md writes it: no `pooler=…`.
+    pub fn url_without_pooler(&self) -> String {
+        format!("postgres://{}@127.0.0.1:{}/tickmark", self.role, self.port)
+    }
+
     /// A URL past the pooler, to the same schema (the role's `search_path`).
     pub fn direct_url(&self) -> &str {
         &self.direct_url

@@ -7,13 +7,17 @@
 //! installs it.
 
 use std::process::Stdio;
+use std::sync::Arc;
 use std::time::Duration;
 
 use serde_json::json;
+use sqlx::{Connection, PgConnection};
+use tickmark::store::postgres::PostgresStore;
 use tickmark::{Handler, Handlers, NewEvent};
 use tickmark_tests::conformance::{engine, quick_worker};
-use tickmark_tests::pgbouncer::PoolMode;
+use tickmark_tests::pgbouncer::{PgBouncer, PoolMode, SERVER_CONNECTIONS};
 use tickmark_tests::test_steps::{Credit, Record};
+use tickmark_tests::Probe;
 use tickmark_tests::{wait, TestDb};
 use tokio::process::Command;
 
@@ -334,5 +338,107 @@ async fn a_pooler_setting_that_cannot_work_is_refused_with_its_reason() {
             .expect_err(url)
             .to_string();
         assert!(error.contains(says), "{url}: {error}");
+    }
+}
+
+/// A migration that fails through a transaction pooler holds no lock once
+/// it has failed, and the next start, the cause removed, migrates at once.
+/// (sqlx's migrator takes a session-level advisory lock, which neither a
+/// rollback nor the client's disconnection releases on a server connection
+/// the pooler keeps: the next start, on another server connection, waited
+/// in `pg_advisory_lock` for ever.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failed_migration_through_a_transaction_pooler_leaves_no_lock_behind() {
+    let Some(bouncer) = PgBouncer::start(PoolMode::Transaction, &[]).await else {
+        return;
+    };
+    let direct = Probe::connect(bouncer.direct_url()).await;
+    // The first migration creates this table, so it fails.
+    direct
+        .execute("CREATE TABLE tickmark_events (squatter INT)")
+        .await;
+    let error = PostgresStore::connect(&bouncer.url(false))
+        .await
+        .expect_err("the first migration fails")
+        .to_string();
+    assert!(error.contains("tickmark_events"), "{error}");
+
+    wait::until(
+        "no server connection of the pooler holds an advisory lock",
+        Duration::from_secs(10),
+        || async {
+            direct
+                .scalar(
+                    "SELECT count(*) FROM pg_locks AS l JOIN pg_stat_activity AS a ON a.pid = l.pid
+                     WHERE l.locktype = 'advisory' AND a.usename = current_user",
+                )
+                .await
+                == 0
+        },
+    )
+    .await;
+
+    direct.execute("DROP TABLE tickmark_events").await;
+    let store = tokio::time::timeout(
+        Duration::from_secs(20),
+        PostgresStore::connect(&bouncer.url(false)),
+    )
+    .await
+    .unwrap_or_else(|_| panic!("the next start hung\n{}", bouncer.log()))
+    .expect("the next start migrates");
+    assert!(store.executor().pinned());
+    assert!(
+        direct
+            .scalar("SELECT count(*) FROM _sqlx_migrations WHERE success")
+            .await
+            >= 1
+    );
+}
+
+/// Through a transaction pooler, a URL without `pooler=transaction` fails
+/// at start-up, where sqlx's prepared statements meet those that other
+/// clients left on the shared server connections; the error says what to
+/// add to the URL.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_pooler_transaction_the_start_up_error_says_to_add_it() {
+    let Some(bouncer) = PgBouncer::start(PoolMode::Transaction, &[]).await else {
+        return;
+    };
+    let url = bouncer.url_without_pooler();
+    // Earlier clients (another process of the application, or one that
+    // exited) left a `sqlx_s_1` on every server connection: as many clients
+    // at once as the pooler has servers, each in a transaction, so each on
+    // a server of its own.
+    let all_in = Arc::new(tokio::sync::Barrier::new(SERVER_CONNECTIONS as usize));
+    let mut clients = tokio::task::JoinSet::new();
+    for _ in 0..SERVER_CONNECTIONS {
+        let (url, all_in) = (url.clone(), all_in.clone());
+        clients.spawn(async move {
+            let mut conn = PgConnection::connect(&url).await.unwrap();
+            let mut tx = conn.begin().await.unwrap();
+            let one: i32 = sqlx::query_scalar("SELECT 1")
+                .fetch_one(&mut *tx)
+                .await
+                .unwrap();
+            assert_eq!(one, 1);
+            all_in.wait().await;
+            tx.commit().await.unwrap();
+            let _ = conn.close().await;
+        });
+    }
+    while let Some(client) = clients.join_next().await {
+        client.unwrap();
+    }
+
+    let error = PostgresStore::connect(&url)
+        .await
+        .expect_err("sqlx's prepared statements collide through a transaction pooler")
+        .to_string();
+    for says in [
+        r#"prepared statement "sqlx_s_1" already exists"#,
+        "pooler=transaction",
+        "docs/deploying.md",
+    ] {
+        assert!(error.contains(says), "the error must say `{says}`: {error}");
     }
 }

@@ -33,7 +33,7 @@ pub enum StoreError {
     Database(#[source] sqlx::Error),
     /// Applying the schema failed.
     #[error("could not apply tickmark's schema: {0}")]
-    Migrate(#[from] sqlx::migrate::MigrateError),
+    Migrate(#[source] sqlx::migrate::MigrateError),
     /// A stored row that this build cannot read.
     #[error("stored data is unreadable: {0}")]
     Corrupt(String),
@@ -57,12 +57,55 @@ impl StoreError {
 
 impl From<sqlx::Error> for StoreError {
     fn from(error: sqlx::Error) -> Self {
+        if let Some(explained) = unannounced_pooler(&error) {
+            return StoreError::Database(sqlx::Error::Configuration(explained.into()));
+        }
         if is_transient(&error) {
             StoreError::Unavailable(error)
         } else {
             StoreError::Database(error)
         }
     }
+}
+
+impl From<sqlx::migrate::MigrateError> for StoreError {
+    fn from(error: sqlx::migrate::MigrateError) -> Self {
+        use sqlx::migrate::MigrateError;
+        if let MigrateError::Execute(inner) | MigrateError::ExecuteMigration(inner, _) = &error {
+            if let Some(explained) = unannounced_pooler(inner) {
+                return StoreError::Database(sqlx::Error::Configuration(explained.into()));
+            }
+        }
+        StoreError::Migrate(error)
+    }
+}
+
+/// What to do, when `error` says a transaction pooler stands between the
+/// store and PostgreSQL though the URL does not say so (`pooler=transaction`).
+///
+/// sqlx prepares each statement under a name of its client connection's
+/// (`sqlx_s_1`, `sqlx_s_2`, …), and such a pooler hands a client's
+/// statements to whichever server connection is free, which others' clients
+/// used before: a name meets another client's (42P05, "already exists"), or
+/// a server that never saw it (26000, "does not exist"). tickmark prepares no
+/// statement by hand, so only a shared server connection explains either.
+fn unannounced_pooler(error: &sqlx::Error) -> Option<String> {
+    let sqlx::Error::Database(db) = error else {
+        return None;
+    };
+    let code = db.code()?;
+    if !matches!(code.as_ref(), "42P05" | "26000") || !db.message().contains("\"sqlx_s_") {
+        return None;
+    }
+    Some(format!(
+        "{}: a connection pooler in transaction mode (such as PgBouncer's `pool_mode = \
+         transaction`) stands between tickmark and PostgreSQL, and hands one client's prepared \
+         statements to other server connections. Add `pooler=transaction` to the database URL \
+         (`postgres://user@pooler:6432/db?pooler=transaction`; `listen_url=<a URL past the \
+         pooler, percent-encoded>` keeps wake-ups prompt): docs/deploying.md, \"PgBouncer, \
+         transaction mode\"",
+        db.message()
+    ))
 }
 
 fn is_transient(error: &sqlx::Error) -> bool {

@@ -12,7 +12,7 @@ mod pooler;
 mod sql;
 mod wait;
 
-use std::sync::Arc;
+use std::sync::{Arc, LazyLock};
 use std::time::Duration;
 
 use sqlx::migrate::Migrator;
@@ -34,7 +34,13 @@ pub use pooler::{PoolExecutor, Pooler};
 
 // `engine/migrations` is a symlink to the workspace's `migrations/`: one copy
 // of the SQL, which `cargo package` follows into the published crate.
-static MIGRATOR: Migrator = sqlx::migrate!("migrations/postgres");
+// Without sqlx's own lock: `PostgresStore::migrate` takes one that ends with
+// its transaction.
+static MIGRATOR: LazyLock<Migrator> = LazyLock::new(|| {
+    let mut migrator = sqlx::migrate!("migrations/postgres");
+    migrator.set_locking(false);
+    migrator
+});
 
 /// The newest schema migration this build applies (`migrations/postgres`). A
 /// database that records a newer one was migrated by a newer tickmark, and
@@ -258,7 +264,7 @@ enum Listen {
     Nowhere,
 }
 
-/// Migrations through a transaction pooler take turns, until commit.
+/// Migrations take turns, each process's until its commit or rollback.
 const MIGRATE_LOCK: &str =
     "SELECT pg_advisory_xact_lock(hashtextextended('tickmark.migrate:' || current_schema(), 0))";
 
@@ -499,15 +505,19 @@ impl Store for PostgresStore {
     }
 
     async fn migrate(&self) -> Result<(), StoreError> {
-        if !self.db.pinned() {
-            MIGRATOR.run(&self.pool).await?;
-            return Ok(());
-        }
-        // Through a transaction pooler: in one transaction, which holds one
-        // server connection for sqlx's session lock and its statements;
-        // each migration is a savepoint in it. The transaction's own lock
-        // makes a second process wait for this one's commit, not just for
-        // its unlock, before it reads which migrations are applied.
+        // Every pending migration in one transaction (each a savepoint in
+        // it), which holds one server connection through a transaction
+        // pooler, and which no other process sees half done: a worker of
+        // the previous release, claiming during a rolling upgrade, sees the
+        // schema before the upgrade or after it.
+        //
+        // The lock is the transaction's own, so that it ends with it, and a
+        // second process waits for this one's commit before it reads which
+        // migrations are applied. Not sqlx's session lock
+        // (`pg_advisory_lock`, off in `MIGRATOR`): a failed migration
+        // returns before sqlx unlocks, a rollback keeps a session lock, and
+        // a pooler keeps the server connection after its client has gone,
+        // so through a transaction pooler the next start waited for ever.
         let mut tx = self.db.begin().await?;
         sqlx::query(MIGRATE_LOCK).execute(&mut *tx).await?;
         MIGRATOR.run_direct(&mut *tx).await?;

@@ -86,7 +86,7 @@ pub const DEBOUNCE_SCHEDULE: &str = "
     SELECT scheduled.id FROM scheduled CROSS JOIN LATERAL pg_notify($4, '') AS notified";
 
 /// Lease due events in one statement: `tickmark_claim` (migrations 0003,
-/// 0012). It walks `tickmark_events_due` in its exact order (no sort of the
+/// 0012, 0013). It walks `tickmark_events_due` in its exact order (no sort of the
 /// backlog, whatever the table's statistics say) and locks with SKIP LOCKED,
 /// so concurrent claimers take different rows instead of queueing. Running
 /// rows whose lease expired are due too: that is how a dead worker's event
@@ -96,7 +96,17 @@ pub const DEBOUNCE_SCHEDULE: &str = "
 /// false: suspects only), and only a lease held alone is charged. An
 /// ordered event waits while an earlier event of its resource is
 /// unfinished; sources and kinds at this worker's limits are skipped.
-pub const EVENT_CLAIM_MANY: &str = "SELECT * FROM tickmark_claim($1, $2::int, $3, $4, $5, $6, $7)";
+///
+/// The columns are named, not `*`: each connection keeps this statement
+/// prepared, and a column that a later migration adds to the function's
+/// result would otherwise change the statement's own, which the server
+/// refuses for good ("cached plan must not change result type"), so a
+/// worker of this release keeps claiming through the next upgrade
+/// (migration 0013 says how the previous release's did not).
+pub const EVENT_CLAIM_MANY: &str = "
+    SELECT id, source, dedup_key, kind, payload, received_at, plan, next_step, attempt,
+           lease_token, took_over, resource_key, resource_seq, interrupted
+    FROM tickmark_claim($1, $2::int, $3, $4, $5, $6, $7)";
 
 /// Extend every lease still held under its token; an expired lease is not
 /// revived. The caller sorts by event, the lock order of the mark batches.
