@@ -85,22 +85,7 @@ impl TestDb {
     /// `None` when skipped.
     pub async fn postgres_with_settings(settings: &[(&str, &str)]) -> Option<TestDb> {
         let admin_url = postgres_url()?;
-        let schema = format!(
-            "tm_{}_{}_{:04x}",
-            std::process::id(),
-            NEXT.fetch_add(1, Ordering::Relaxed),
-            rand::random::<u16>()
-        );
-        let mut admin = sqlx::PgConnection::connect(&admin_url)
-            .await
-            .unwrap_or_else(|e| panic!("PostgreSQL at {admin_url} is unreachable: {e}"));
-        sqlx::query(&format!("CREATE SCHEMA {schema}"))
-            .execute(&mut admin)
-            .await
-            .expect("create test schema");
-        let _ = admin.close().await;
-        let separator = if admin_url.contains('?') { '&' } else { '?' };
-        let mut url = format!("{admin_url}{separator}options[search_path]={schema}");
+        let (schema, mut url) = create_schema(&admin_url).await;
         for (name, value) in settings {
             // The server splits `options` at spaces unless escaped (`\ `).
             let value = value.replace(' ', "%5C%20");
@@ -193,22 +178,7 @@ impl EmptySchema {
     pub async fn new() -> Option<EmptySchema> {
         init_tracing();
         let admin_url = postgres_url()?;
-        let schema = format!(
-            "tm_{}_{}_{:04x}",
-            std::process::id(),
-            NEXT.fetch_add(1, Ordering::Relaxed),
-            rand::random::<u16>()
-        );
-        let mut admin = sqlx::PgConnection::connect(&admin_url)
-            .await
-            .unwrap_or_else(|e| panic!("PostgreSQL at {admin_url} is unreachable: {e}"));
-        sqlx::query(&format!("CREATE SCHEMA {schema}"))
-            .execute(&mut admin)
-            .await
-            .expect("create test schema");
-        let _ = admin.close().await;
-        let separator = if admin_url.contains('?') { '&' } else { '?' };
-        let url = format!("{admin_url}{separator}options[search_path]={schema}");
+        let (schema, url) = create_schema(&admin_url).await;
         Some(EmptySchema {
             url,
             admin_url,
@@ -221,6 +191,28 @@ impl Drop for EmptySchema {
     fn drop(&mut self) {
         drop_schema(&self.admin_url, &self.schema);
     }
+}
+
+/// A new uniquely named schema on the server at `admin_url`, and a URL
+/// whose connections use it (`search_path`).
+async fn create_schema(admin_url: &str) -> (String, String) {
+    let schema = format!(
+        "tm_{}_{}_{:04x}",
+        std::process::id(),
+        NEXT.fetch_add(1, Ordering::Relaxed),
+        rand::random::<u16>()
+    );
+    let mut admin = sqlx::PgConnection::connect(admin_url)
+        .await
+        .unwrap_or_else(|e| panic!("PostgreSQL at {admin_url} is unreachable: {e}"));
+    sqlx::query(&format!("CREATE SCHEMA {schema}"))
+        .execute(&mut admin)
+        .await
+        .expect("create test schema");
+    let _ = admin.close().await;
+    let separator = if admin_url.contains('?') { '&' } else { '?' };
+    let url = format!("{admin_url}{separator}options[search_path]={schema}");
+    (schema, url)
 }
 
 fn drop_schema(admin_url: &str, schema: &str) {
