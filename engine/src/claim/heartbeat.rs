@@ -41,13 +41,17 @@ pub(crate) async fn heartbeat_loop(
         // A deadline of one interval: a heartbeat stuck behind a pooler's
         // queue (or a hung connection) must not hold the loop, or the next
         // renewals and the expiry check above, past the leases themselves.
-        let answer = tokio::time::timeout(
-            every,
-            retry_transient("heartbeat", every / 2, || {
-                store.event_heartbeat_many(&leases, lease_for)
-            }),
-        )
-        .await;
+        // A stopping worker does not wait on a renewal either.
+        let answer = tokio::select! {
+            biased;
+            _ = stop.cancelled() => return,
+            answer = tokio::time::timeout(
+                every,
+                retry_transient("heartbeat", every / 2, || {
+                    store.event_heartbeat_many(&leases, lease_for)
+                }),
+            ) => answer,
+        };
         match answer {
             Ok(Ok(renewed)) => {
                 let lost = book.renewed(&leases, &renewed, sent_at, lease_for);

@@ -34,6 +34,11 @@ const MIN_NAP: Duration = Duration::from_millis(10);
 /// free slots before claiming fewer.
 const BATCH_WINDOW: Duration = Duration::from_millis(20);
 
+/// Most prefetched events given back at once (statements in flight): 128
+/// round trips for the 512 a worker may hold, and pool connections left to
+/// the running steps' marks even when every release is stuck.
+const RELEASES_AT_ONCE: usize = 4;
+
 /// How long a worker waits before trying again while another worker of its
 /// engine runs an event alone.
 const ALONE_NAP: Duration = Duration::from_millis(50);
@@ -60,6 +65,10 @@ enum Mode {
 pub(super) struct ClaimLoop {
     shared: Arc<RunnerShared>,
     tasks: JoinSet<()>,
+    /// Prefetched events waited too long behind slow work and were given
+    /// back: claim none ahead until a slot frees (and the pace has heard of
+    /// the slow work), or the same events would be claimed back at once.
+    prefetch_paused: bool,
     /// Claimed ahead, waiting for a slot (see `WorkerConfig::prefetch`).
     ready: VecDeque<HeldEvent>,
     wakeups: Option<Wakeups>,
@@ -84,6 +93,7 @@ impl ClaimLoop {
         Self {
             shared,
             tasks: JoinSet::new(),
+            prefetch_paused: false,
             ready: VecDeque::new(),
             wakeups: None,
             claim_failures: 0,
@@ -117,6 +127,7 @@ impl ClaimLoop {
                 self.wakeups = subscribe(self.shared.store.as_ref()).await;
             }
             self.start_ready();
+            self.hand_back_surplus().await;
             if self.is_empty() {
                 self.leave_batch();
             }
@@ -311,12 +322,50 @@ impl ClaimLoop {
         while let Some(joined) = self.tasks.try_join_next() {
             report_panic(joined);
         }
+        if self.has_room() {
+            self.prefetch_paused = false;
+        }
         while self.has_room() {
             let Some(event) = self.ready.pop_front() else {
                 break;
             };
             start_event(&mut self.tasks, &self.shared, event);
         }
+    }
+
+    /// Give back prefetched events this worker should no longer hold: those
+    /// beyond the depth the recent pace allows (events turned slow: the
+    /// newest claimed first), and those that waited a heartbeat interval for
+    /// a slot (behind slow work), so that other workers run them.
+    async fn hand_back_surplus(&mut self) {
+        let depth = self.prefetch_depth();
+        let waited_too_long = self.shared.config.heartbeat_every;
+        let now = Instant::now();
+        let mut surplus = Vec::new();
+        while self.ready.len() > depth {
+            surplus.extend(self.ready.pop_back());
+        }
+        while self
+            .ready
+            .front()
+            .is_some_and(|event| now.duration_since(event.claimed_at) >= waited_too_long)
+        {
+            surplus.extend(self.ready.pop_front());
+            self.prefetch_paused = true;
+        }
+        if surplus.is_empty() {
+            return;
+        }
+        tracing::debug!(
+            count = surplus.len(),
+            "giving back prefetched events that would wait behind slow work"
+        );
+        release_all(
+            self.shared.store.as_ref(),
+            surplus,
+            self.shared.config.grace,
+        )
+        .await;
     }
 
     /// Whether an event can start now: a slot is free.
@@ -358,6 +407,9 @@ impl ClaimLoop {
     /// its lease would need renewing, and a lease lost with this worker is
     /// never held back for long.
     fn prefetch_depth(&self) -> usize {
+        if self.prefetch_paused {
+            return 0;
+        }
         let config = &self.shared.config;
         let Some(average) = self.shared.pace.quick_average() else {
             return 0;
@@ -481,16 +533,42 @@ impl ClaimLoop {
 
     /// Give back prefetched events that will not run here (shutdown).
     async fn release_unstarted(&mut self) {
-        for event in self.ready.drain(..) {
-            let released = self
-                .shared
-                .store
-                .event_release(&event.claimed.lease, &Release::now(true))
-                .await;
-            if let Err(error) = released {
-                tracing::debug!(%error, "could not give back a prefetched event; its lease will expire");
+        let unstarted: Vec<HeldEvent> = self.ready.drain(..).collect();
+        release_all(
+            self.shared.store.as_ref(),
+            unstarted,
+            self.shared.config.grace,
+        )
+        .await;
+    }
+}
+
+/// Give `events` back (their attempts refunded: their steps never started),
+/// [`RELEASES_AT_ONCE`] at a time, within `deadline`: what is not given
+/// back by then (a store that does not answer) waits for its lease to
+/// expire, as after a crash.
+async fn release_all(store: &dyn Store, events: Vec<HeldEvent>, deadline: Duration) {
+    let count = events.len();
+    let release = Release::now(true);
+    let releases = async {
+        for batch in events.chunks(RELEASES_AT_ONCE) {
+            let mut released = Vec::with_capacity(batch.len());
+            for event in batch {
+                released.push(store.event_release(&event.claimed.lease, &release));
+            }
+            for answer in futures_util::future::join_all(released).await {
+                if let Err(error) = answer {
+                    tracing::debug!(%error, "could not give back a prefetched event; its lease will expire");
+                }
             }
         }
+    };
+    if tokio::time::timeout(deadline, releases).await.is_err() {
+        tracing::warn!(
+            count,
+            deadline = ?deadline,
+            "prefetched events not all given back in time; the rest wait for their leases to expire"
+        );
     }
 }
 

@@ -49,8 +49,11 @@ pub struct WorkerConfig {
     /// (each waits holding its lease, so claims are few and big, and their
     /// round trips overlap running work); never more than the slots start
     /// within a heartbeat interval at the recent pace. Ignored once events
-    /// take long: then nothing is claimed ahead. A worker that dies holding
-    /// them costs them no attempt (docs/guarantees.md, exact blame).
+    /// take long: then nothing is claimed ahead, and what was is given back.
+    /// An event claimed ahead that waited a heartbeat interval for a slot
+    /// (behind slow work) is given back too, for other workers to run; at
+    /// shutdown they all are, within the grace period. A worker that dies
+    /// holding them costs them no attempt (docs/guarantees.md, exact blame).
     pub prefetch: usize,
     /// How long a claim or heartbeat leases an event. After a crash, the event
     /// resumes at most this long after the last heartbeat.

@@ -23,6 +23,8 @@ use crate::store::{ClaimedEvent, Release};
 /// waiting for a free slot or about to start.
 pub(super) struct HeldEvent {
     pub claimed: ClaimedEvent,
+    /// When its claim was sent: how long it has waited for a slot.
+    pub claimed_at: Instant,
     held: HeldLease,
     cancel: CancellationToken,
 }
@@ -50,6 +52,7 @@ pub(super) fn hold_event(
     }
     HeldEvent {
         claimed,
+        claimed_at,
         held,
         cancel,
     }
@@ -61,6 +64,7 @@ pub(super) fn start_event(tasks: &mut JoinSet<()>, shared: &Arc<RunnerShared>, e
         claimed,
         held,
         cancel,
+        ..
     } = event;
     if cancel.is_cancelled() {
         // Its lease was lost while it waited: another worker has it.
