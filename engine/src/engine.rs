@@ -82,6 +82,11 @@ impl Engine {
         self.store.step_transaction_begin().await
     }
 
+    /// The compiled handlers (the receiver asks which kinds they name).
+    pub(crate) fn registry(&self) -> &Registry {
+        &self.registry
+    }
+
     /// The store, for reading the step-status table.
     pub fn store(&self) -> &Arc<dyn Store> {
         &self.store

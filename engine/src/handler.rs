@@ -646,6 +646,43 @@ impl Registry {
         self.rate_limits.get(name)
     }
 
+    /// Whether a handler or a wait names `kind` of `source` exactly: a
+    /// handler on (`source`, `kind`) or (`*`, `kind`), or a wait for
+    /// (`source`, `kind`). A kind reached only through a `*` kind is not
+    /// named: there are as many such kinds as anyone can write.
+    pub fn names_kind(&self, source: &str, kind: &str) -> bool {
+        let on = |s: &str| {
+            self.by_source
+                .get(s)
+                .is_some_and(|kinds| kinds.contains_key(kind))
+        };
+        kind != ANY
+            && (on(source)
+                || on(ANY)
+                || self
+                    .waited_on
+                    .contains_key(&(source.to_owned(), kind.to_owned())))
+    }
+
+    /// Every kind of `source` that [`Registry::names_kind`] names, sorted.
+    pub fn named_kinds(&self, source: &str) -> Vec<&str> {
+        let mut kinds: Vec<&str> = [source, ANY]
+            .iter()
+            .filter_map(|s| self.by_source.get(*s))
+            .flat_map(|kinds| kinds.keys().map(String::as_str))
+            .chain(
+                self.waited_on
+                    .keys()
+                    .filter(|(s, _)| s == source)
+                    .map(|(_, kind)| kind.as_str()),
+            )
+            .filter(|kind| *kind != ANY)
+            .collect();
+        kinds.sort_unstable();
+        kinds.dedup();
+        kinds
+    }
+
     pub fn find(&self, source: &str, kind: &str) -> Option<&CompiledHandler> {
         let get = |s: &str, k: &str| self.by_source.get(s).and_then(|kinds| kinds.get(k));
         get(source, kind)
@@ -710,6 +747,51 @@ mod tests {
             .unwrap();
         assert!(registry.find("shop", "order.paid").is_some());
         assert!(registry.find("shop", "order.created").is_none());
+    }
+
+    /// The kinds a source's handlers name: exact handlers of the source,
+    /// handlers of the kind for any source, waits for the source's kind;
+    /// never a kind reached through `*` alone.
+    #[test]
+    fn named_kinds_are_the_exact_kinds_of_handlers_and_waits() {
+        let registry = Handlers::new()
+            .on(
+                "shop",
+                "order.created",
+                Handler::new()
+                    .wait(
+                        "paid",
+                        crate::wait::WaitFor::event("shop", "order.paid")
+                            .matching("/id")
+                            .timeout(std::time::Duration::from_secs(60)),
+                    )
+                    .named_step("fulfill", Tick)
+                    .if_matched("paid"),
+            )
+            .on(ANY, "refund.created", Handler::new().named_step("r", Tick))
+            .on("shop", ANY, Handler::new().named_step("record", Tick))
+            .on(
+                "other",
+                "order.created",
+                Handler::new().named_step("o", Tick),
+            )
+            .compile()
+            .unwrap();
+        assert_eq!(
+            registry.named_kinds("shop"),
+            ["order.created", "order.paid", "refund.created"]
+        );
+        for kind in ["order.created", "order.paid", "refund.created"] {
+            assert!(registry.names_kind("shop", kind), "{kind}");
+        }
+        for kind in ["customer.created", ANY] {
+            assert!(!registry.names_kind("shop", kind), "{kind}");
+        }
+        assert!(!registry.names_kind("other", "order.paid"));
+        assert_eq!(
+            registry.named_kinds("other"),
+            ["order.created", "refund.created"]
+        );
     }
 
     #[test]

@@ -8,7 +8,9 @@
 //! (`"matched":"event_id"`); a different event of the same source is new;
 //! concurrent replays under many ids record one event; a captured body
 //! re-sent under other kinds (Shopify's topic, a generic kind header: not
-//! signed) is one event too. The replay key is stored on the event row, so
+//! signed) is one event too, here where only a `*` handler takes them
+//! (Shopify's topics that a handler names are one event each:
+//! `shopify_topics.rs`). The replay key is stored on the event row, so
 //! it lives exactly as long as the dedup key.
 //! Stripe, Standard Webhooks and Slack keep no replay key: their id is signed
 //! and their signed timestamp bounds replays.

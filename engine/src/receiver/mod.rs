@@ -64,6 +64,7 @@ mod body_limit;
 pub mod providers;
 mod public_url;
 mod receive;
+mod replay_scope;
 pub mod response;
 mod router;
 mod startup;

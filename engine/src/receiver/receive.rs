@@ -1,8 +1,8 @@
 //! One delivery, start to answer: check the declared length and the
 //! signature header's shape, read the raw body within the limit and the
 //! deadline, verify it on those exact bytes, derive the dedup key (and the
-//! replay key), accept it into the inbox, and answer at once. Steps never run
-//! here; a worker runs them later.
+//! replay key, scoped by the handlers: `replay_scope`), accept it into the
+//! inbox, and answer at once. Steps never run here; a worker runs them later.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -15,6 +15,7 @@ use axum::response::{IntoResponse, Response};
 use super::body_limit::{declared_too_large, discard, read_limited};
 use super::providers::{Delivery, Provider, Verdict, VerifiedEvent};
 use super::public_url::public_url;
+use super::replay_scope::{replay_key_for, Replay};
 use super::response::{Answer, DedupMatch, ReceiverRejection};
 use super::Shared;
 use crate::event::NewEvent;
@@ -169,17 +170,33 @@ async fn accept(
     verified: VerifiedEvent,
     body: &[u8],
 ) -> Result<Answer, ReceiverRejection> {
+    let replay = replay_key_for(&shared.engine, source, &verified).await;
     let mut event = match verified.id {
         Some(id) => NewEvent::with_id(source, id, verified.kind, verified.payload),
         None => NewEvent::from_body(source, verified.kind, body, verified.payload),
     };
-    event.replay_key = verified.replay_key;
     let span = tracing::Span::current();
     span.record("event_id", event.dedup_key.as_str());
     span.record("kind", event.kind.as_str());
 
     let event_id = event.dedup_key.clone();
     let kind = event.kind.clone();
+    match replay.map_err(store_rejection)? {
+        Replay::Key(key) => event.replay_key = key,
+        Replay::Known(recorded) => {
+            tracing::warn!(
+                recorded_kind = %recorded.event.kind,
+                recorded_event_id = %recorded.event.id,
+                "delivery under a kind no handler takes, of signed content recorded before \
+                 under a kind one takes (the kind is not signed); nothing recorded"
+            );
+            return Ok(Answer::Duplicate {
+                event_id,
+                kind,
+                matched: DedupMatch::ReplayKey,
+            });
+        }
+    }
     let replay_key = event.replay_key.clone();
     match shared.engine.accept(event).await {
         Ok(Accepted::New { .. }) => Ok(Answer::New { event_id, kind }),
@@ -197,21 +214,28 @@ async fn accept(
                 matched,
             })
         }
-        Err(StoreError::Overloaded) => {
+        Err(error) => Err(store_rejection(error)),
+    }
+}
+
+/// The answer to a store error while accepting: the provider retries.
+fn store_rejection(error: StoreError) -> ReceiverRejection {
+    match error {
+        StoreError::Overloaded => {
             tracing::warn!("the inbox's queue is full; answering 503 so the provider retries");
-            Err(ReceiverRejection::Overloaded {
+            ReceiverRejection::Overloaded {
                 retry_after: OVERLOAD_RETRY_AFTER,
-            })
+            }
         }
-        Err(error) if error.is_transient() => {
+        error if error.is_transient() => {
             tracing::warn!(%error, "event store unavailable; answering 503 so the provider retries");
-            Err(ReceiverRejection::StoreUnavailable {
+            ReceiverRejection::StoreUnavailable {
                 retry_after: RETRY_AFTER,
-            })
+            }
         }
-        Err(error) => {
+        error => {
             tracing::error!(%error, "event store failed; answering 500 so the provider retries");
-            Err(ReceiverRejection::StoreFailed)
+            ReceiverRejection::StoreFailed
         }
     }
 }
@@ -221,7 +245,9 @@ async fn accept(
 /// another id: a replay, logged). Either way, when the kind it came with (an
 /// unsigned header, for Shopify's topic or a generic source's kind header)
 /// differs from the recorded event's, that is logged too: the kind is not
-/// signed, so it never makes a captured body a new event. One read, on
+/// signed, so it never makes a captured body a new event (Shopify's key is
+/// scoped by the kinds a handler names, `replay_scope`: a duplicate under
+/// another kind is one of the kinds no handler names). One read, on
 /// duplicates of such sources only. An event pruned to a tombstone answers
 /// neither: the tombstone keeps no kind and does not say which key matched,
 /// so it counts as the event id.

@@ -13,8 +13,9 @@
 //! product's newest version to `<admin-api-url>/shops/<shop>/products/<id>`
 //! with an `Idempotency-Key`, taking a token from the shop's bucket first and
 //! running at most N of one shop at once. `orders/create` reserves the
-//! order's stock, waits (holding nothing) up to `--pay-timeout-secs` for the
-//! order's `orders/paid`, then fulfils the order or releases its stock.
+//! order's stock, waits (holding nothing) up to `--pay-timeout-secs` for an
+//! `orders/paid` whose signed body says the order is paid, then fulfils the
+//! order or releases its stock.
 //! Every other topic runs `record`.
 //! Several processes on one PostgreSQL database share every limit.
 //! `--help` says it all; `docs/shopsync.md` walks through it with curl and
@@ -60,13 +61,16 @@ products/update (the product is the body's `id`):
 orders/create (the order is the body's `id`):
   reserve_stock   POSTs {\"order_id\"} to <admin-api-url>/shops/<shop>/orders/<id>/reserve
   paid            waits, holding no worker slot, for an orders/paid of the same shop and
-                  order id, up to --pay-timeout-secs; one that arrived before the
+                  order id whose signed body says \"financial_status\":\"paid\" (the topic
+                  is not signed), up to --pay-timeout-secs; one that arrived before the
                   orders/create counts too
   fulfill         if paid: POSTs {\"order_id\",\"paid_event_id\"} to .../orders/<id>/fulfill
   release_stock   if not paid in time: POSTs {\"order_id\",\"pay_deadline\"} to
                   .../orders/<id>/release
   Each call carries its step's Idempotency-Key and takes a token from the shop's bucket;
   answers are handled as for push_product. Exactly one of fulfill and release_stock runs.
+  An order is created once: a later orders/create of the same order id is recorded as
+  stale and runs nothing.
 
 Every other topic (orders/paid included) runs one step, `record`, which adds (source,
 event id, topic, shop) to the `shopsync_received` table.

@@ -1,8 +1,8 @@
 //! The app's handlers: `products/update` pushes the product, debounced per
 //! product, rate-limited and concurrency-limited per shop; `orders/create`
-//! reserves the order's stock, waits for its `orders/paid`, then fulfils it
-//! or releases the stock; every other topic (`orders/paid` included) is
-//! recorded.
+//! reserves the order's stock, waits for an `orders/paid` whose signed body
+//! says it is paid, then fulfils it or releases the stock; every other topic
+//! (`orders/paid` included) is recorded.
 
 use std::time::Duration;
 
@@ -13,7 +13,7 @@ use tickmark::{Handler, Handlers, ANY};
 use super::order::ORDER_ID_POINTER;
 use super::{
     FlowSettings, OrderCall, OrderSettings, PushProduct, Record, ORDERS_CREATE, ORDERS_PAID,
-    PAID_WAIT, PRODUCTS_UPDATE, RATE_LIMIT, SOURCE,
+    PAID_ORDER_ID_POINTER, PAID_WAIT, PRODUCTS_UPDATE, RATE_LIMIT, SOURCE,
 };
 
 /// The handlers, with `flow`'s limits and `orders`' timeout. The keys are
@@ -39,9 +39,18 @@ use super::{
 ///
 /// - `reserve_stock`: POST `…/orders/<id>/reserve`;
 /// - `paid` (a durable wait, holding no lease and no worker slot): for an
-///   `orders/paid` of the same shop and order id (`/shop` and `/body/id` in
-///   both payloads), up to `orders.pay_timeout` from when the wait began.
-///   One accepted before the `orders/create` counts too;
+///   `orders/paid` of the same shop and order whose signed body says it is
+///   paid (`/shop` and [`PAID_ORDER_ID_POINTER`] in it, `/shop` and
+///   `/body/id` here), up to `orders.pay_timeout` from when the wait began.
+///   One accepted before the `orders/create` counts too. The topic is not
+///   signed: a copy of an unpaid order's body under `orders/paid` is
+///   recorded (each topic of one body runs once), but matches nothing;
+/// - `skip_stale(/body/id, /body/id)`: an order is created once. Its
+///   events run one at a time, and a second `orders/create` of the same
+///   order (a captured `orders/paid` body re-sent under that topic, which
+///   is its own event too) is recorded as stale, never run: no second
+///   reserve or fulfil under another event's keys. (Shopify's order ids are
+///   unique across shops.)
 /// - `fulfill`, only if `paid` matched: POST `…/orders/<id>/fulfill`;
 /// - `release_stock`, only if `paid` timed out: POST `…/orders/<id>/release`.
 ///
@@ -79,7 +88,10 @@ pub fn handlers(flow: &FlowSettings, orders: &OrderSettings) -> Handlers {
                 .wait(
                     PAID_WAIT,
                     WaitFor::event(SOURCE, ORDERS_PAID)
-                        .matching(["/shop", ORDER_ID_POINTER])
+                        .matching_on(
+                            ["/shop", PAID_ORDER_ID_POINTER],
+                            ["/shop", ORDER_ID_POINTER],
+                        )
                         .timeout(orders.pay_timeout),
                 )
                 .named_step("fulfill", OrderCall::fulfill())
@@ -87,7 +99,8 @@ pub fn handlers(flow: &FlowSettings, orders: &OrderSettings) -> Handlers {
                 .rate_limited(RATE_LIMIT, "/shop")
                 .named_step("release_stock", OrderCall::release())
                 .if_timed_out(PAID_WAIT)
-                .rate_limited(RATE_LIMIT, "/shop"),
+                .rate_limited(RATE_LIMIT, "/shop")
+                .skip_stale(ORDER_ID_POINTER, ORDER_ID_POINTER),
         )
         .on(SOURCE, ANY, Handler::new().named_step("record", Record))
 }

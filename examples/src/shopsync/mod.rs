@@ -6,9 +6,9 @@
 //! newest version ([`PushProduct`]); the pushes of one shop share a token
 //! bucket (rate per second, burst) and run at most N at a time, across every
 //! `shopsync` process on one database. `orders/create` reserves the order's
-//! stock, waits (holding nothing) for its `orders/paid` up to a timeout, then
-//! fulfils the order or releases the stock ([`OrderCall`]). Every other topic
-//! runs [`Record`].
+//! stock, waits (holding nothing) for an `orders/paid` whose signed body says
+//! the order is paid, up to a timeout, then fulfils the order or releases the
+//! stock ([`OrderCall`]). Every other topic runs [`Record`].
 //!
 //! The shop a delivery is for comes in the `X-Shopify-Shop-Domain` header,
 //! which Shopify does not sign: [`ShopifyWithShop`] verifies the delivery
@@ -39,8 +39,8 @@ pub use order::{OrderRef, ORDER_ID_POINTER};
 pub use order_call::{OrderAction, OrderCall};
 pub use product::ProductUpdate;
 pub use provider::{
-    is_shop_domain, product_key, shop_domain, ShopDomainError, ShopifyWithShop, PRODUCT_TOPICS,
-    SHOP_DOMAIN_HEADER,
+    is_shop_domain, product_key, shop_domain, ShopDomainError, ShopifyWithShop, ORDER_TOPICS,
+    PAID_ORDER_ID_POINTER, PRODUCT_TOPICS, SHOP_DOMAIN_HEADER,
 };
 pub use push_product::PushProduct;
 pub use record::Record;

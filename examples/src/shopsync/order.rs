@@ -1,7 +1,9 @@
 //! The order an `orders/*` event is about, as
 //! [`ShopifyWithShop`](super::ShopifyWithShop) laid the payload out:
 //! `{"shop", "body": <Shopify's order>}`. The order calls read it; the wait
-//! for `orders/paid` matches on the same two fields (`/shop`, `/body/id`).
+//! for `orders/paid` matches `/shop` and `/body/id` here with `/shop` and
+//! `/paid_order_id` in the payment (set only when its signed body says the
+//! order is paid).
 
 use serde_json::Value;
 use tickmark::StepError;
@@ -10,7 +12,8 @@ use super::path_id::{path_id, PATH_ID_RULE};
 use super::provider::payload_shop;
 
 /// Where an `orders/*` payload keeps the order's id: the wait for
-/// `orders/paid` matches `/shop` and this in both events.
+/// `orders/paid` matches `/shop` and this in the waiting order with the
+/// payment's `/shop` and [`PAID_ORDER_ID_POINTER`](super::PAID_ORDER_ID_POINTER).
 pub const ORDER_ID_POINTER: &str = "/body/id";
 
 /// One order: its shop and id.

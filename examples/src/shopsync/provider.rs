@@ -19,6 +19,14 @@
 //! ```
 //!
 //! so that an order's id is `/body/id`, never under a field named `product`.
+//! An order topic's (`orders/…`) payload whose signed body says
+//! `"financial_status": "paid"` also carries `"paid_order_id": <the body's
+//! id>`: what the wait for `orders/paid` matches on. The topic is not
+//! signed, and Shopify sends one order's byte-identical body under several
+//! topics, so each of them runs once (docs/receiver.md, "Byte-identical
+//! bodies"): an unpaid order's captured `orders/create` body re-sent under
+//! `orders/paid` is recorded, and must not fulfil the order. Whether the
+//! order is paid is read from the signed body, never from the topic.
 //!
 //! The header is not signed, but it cannot be used to move a captured
 //! delivery to another shop: the same signed body under the same topic is a
@@ -209,9 +217,18 @@ pub fn product_key(shop: &str, body: &Value) -> Option<String> {
 /// The prefix of the topics about products: their body is a product.
 pub const PRODUCT_TOPICS: &str = "products/";
 
+/// The prefix of the topics about orders: their body is an order.
+pub const ORDER_TOPICS: &str = "orders/";
+
+/// Where an order topic's payload says, from its signed body, that the
+/// order is paid: the order's id, present only when the body's
+/// `financial_status` is `paid`. The wait for `orders/paid` matches on it.
+pub const PAID_ORDER_ID_POINTER: &str = "/paid_order_id";
+
 /// The payload the handlers read: the shop and the body; for a topic of
 /// products, the body is `product`, with the product key (when the body has
-/// an id); for any other topic, it is `body`.
+/// an id); for any other topic, it is `body`, and for a topic of orders
+/// whose body says it is paid, `paid_order_id` too.
 fn with_shop(shop: &str, topic: &str, body: Value) -> Value {
     let mut payload = json!({ "shop": shop });
     if topic.starts_with(PRODUCT_TOPICS) {
@@ -220,6 +237,11 @@ fn with_shop(shop: &str, topic: &str, body: Value) -> Value {
         }
         payload["product"] = body;
     } else {
+        if topic.starts_with(ORDER_TOPICS) && body["financial_status"] == "paid" {
+            if let Some(id) = body.get("id") {
+                payload["paid_order_id"] = id.clone();
+            }
+        }
         payload["body"] = body;
     }
     payload
@@ -319,6 +341,33 @@ mod tests {
         assert_eq!(payload["product_key"], "a.myshopify.com/450789469");
         assert_eq!(payload["product"]["id"], 450789469);
         assert!(payload.get("body").is_none(), "{payload}");
+    }
+
+    /// Whether an order is paid comes from its signed body, whatever the
+    /// (unsigned) topic: only an order topic whose body says
+    /// `financial_status: paid` carries `paid_order_id`.
+    #[test]
+    fn an_order_is_paid_when_its_signed_body_says_so() {
+        let paid = r#"{"id":450789469,"financial_status":"paid"}"#;
+        let pending = r#"{"id":450789469,"financial_status":"pending"}"#;
+        let layout = |topic: &str, body: &str| {
+            let signed = headers_of(topic, &signature(SECRET, body), &[b"a.myshopify.com"]);
+            payload(verify(&signed, body))
+        };
+        for topic in ["orders/paid", "orders/create"] {
+            assert_eq!(layout(topic, paid)["paid_order_id"], 450789469, "{topic}");
+            assert!(
+                layout(topic, pending).get("paid_order_id").is_none(),
+                "{topic}"
+            );
+        }
+        // Not an order topic, or no id: no payment to match.
+        assert!(layout("customers/create", paid)
+            .get("paid_order_id")
+            .is_none());
+        assert!(layout("orders/paid", r#"{"financial_status":"paid"}"#)
+            .get("paid_order_id")
+            .is_none());
     }
 
     #[test]

@@ -318,6 +318,7 @@ impl Provider for GenericHmac {
             kind,
             payload,
             replay_key,
+            replay_scope: super::ReplayScope::Content,
         }))
     }
 

@@ -123,6 +123,7 @@ impl Provider for GitHub {
             payload,
             // Neither the id nor the event name is signed: the body alone.
             replay_key: Some(replay_key(&[], &presented)),
+            replay_scope: super::ReplayScope::Content,
         }))
     }
 

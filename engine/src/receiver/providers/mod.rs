@@ -26,7 +26,8 @@
 //!   a generic source with the id in a header), the verdict carries a
 //!   [`VerifiedEvent::replay_key`] derived from the verified signature, which
 //!   the inbox deduplicates on as well, so a captured delivery sent again
-//!   with a new id is a duplicate;
+//!   with a new id is a duplicate (Shopify's is scoped by the topic, for the
+//!   topics a handler takes: [`ReplayScope::HandledKind`]);
 //! * where the scheme has a timestamp, the signature is checked first and the
 //!   tolerance second, so a stale/future verdict is only ever given for a
 //!   delivery that was genuinely signed (a replay or a skewed clock, not a
@@ -71,6 +72,8 @@ pub use slack::Slack;
 pub use standard_webhooks::StandardWebhooks;
 pub use stripe::Stripe;
 pub use twilio::Twilio;
+
+pub(crate) use signature::kind_scoped_replay_key;
 
 /// Longest accepted event id, in bytes.
 pub const MAX_ID_BYTES: usize = 255;
@@ -134,6 +137,31 @@ pub struct VerifiedEvent {
     /// second id. `None` where the id is signed (in the body or the signed
     /// headers) and replays are bounded by a signed timestamp.
     pub replay_key: Option<String>,
+    /// How far `replay_key` reaches: over every kind, or once per kind a
+    /// handler takes (see [`ReplayScope`]).
+    pub replay_scope: ReplayScope,
+}
+
+/// Which deliveries of one signed content are one event: what the receiver
+/// does with [`VerifiedEvent::replay_key`] before the inbox decides on it.
+#[non_exhaustive]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum ReplayScope {
+    /// One event per signed content, whatever kind it comes with: the
+    /// replay key is used as it is (GitHub, Twilio, a generic source).
+    #[default]
+    Content,
+    /// One event per signed content *and* kind, for the kinds this source's
+    /// handlers name; the provider sends one body under several kinds, and
+    /// the kind is not signed (Shopify: `orders/create` and `orders/paid`
+    /// of an order paid at checkout). The receiver scopes the key by the
+    /// kind when a handler of the source names it (or a wait waits for it);
+    /// for any other kind the key stays as it is. So one signed body makes
+    /// at most one event per named kind, plus one for every other kind
+    /// together; and a copy under a kind no handler takes records nothing
+    /// while its content is in the inbox under any kind (receiver.md,
+    /// "Byte-identical bodies").
+    HandledKind,
 }
 
 /// Why a delivery was refused.

@@ -5,28 +5,46 @@
 //! as-is). One signature per delivery; several configured secrets support
 //! rotation. Shopify signs no timestamp.
 //!
-//! The event id is the `X-Shopify-Webhook-Id` header, the kind the
-//! `X-Shopify-Topic` header (e.g. `orders/create`); both required. The body
-//! is JSON. Neither header is signed: so the verdict's replay key is derived
-//! from the verified signature alone, and the same signed body sent again
-//! under a new webhook id, whatever topic comes with it, is a duplicate for
-//! as long as the event is kept (logged when the topic differs). The cost:
-//! Shopify signs nothing that tells apart two topics sent with
-//! byte-identical bodies (`orders/create` and `orders/paid` for an order
-//! paid at checkout can be), so the second of those is a duplicate too
-//! (docs/receiver.md, "Byte-identical bodies").
+//! The kind is the `X-Shopify-Topic` header (e.g. `orders/create`),
+//! required. The event id: where the `X-Shopify-Event-Id` header is present
+//! (Shopify sends it with every delivery: "a unique ID shared across all
+//! deliveries produced by the same merchant action"), `event:<event
+//! id>:<topic>`, followed by `:<id>` when the body has a top-level `id`;
+//! otherwise the `X-Shopify-Webhook-Id` header (one per delivery, kept by
+//! its retries), which is required either way. One merchant action sends
+//! several topics under one event id (`orders/create` and `orders/paid` of
+//! an order paid at checkout), hence the topic; Shopify does not say that
+//! an action touching several resources (a bulk edit) sends them apart, hence
+//! the resource's `id`. So a retry, and the same event sent again to a second
+//! subscription of the same topic (Shopify's "ignore duplicates" guide), are
+//! duplicates, even when their bodies differ (another API version).
 //!
-//! Documentation: <https://shopify.dev/docs/apps/build/webhooks/subscribe/https>
+//! The body is JSON. None of these headers is signed: the verdict's replay
+//! key is derived from the verified signature, with
+//! [`ReplayScope::HandledKind`]: the receiver scopes it by the topic for the
+//! topics a handler of the source takes, because Shopify sends one
+//! byte-identical body under several topics and each must run. A captured
+//! body re-sent under a fresh id can so run at most once per handled topic,
+//! never more; under a topic no handler takes it records nothing
+//! (docs/receiver.md, "Byte-identical bodies"). The topic is not signed: a
+//! decision about money must read the signed body (`financial_status`), not
+//! the topic.
+//!
+//! Documentation: <https://shopify.dev/docs/apps/build/webhooks/subscribe/https>,
+//! <https://shopify.dev/docs/apps/build/webhooks/delivery-structure> (the
+//! headers), <https://shopify.dev/docs/apps/build/webhooks/ignore-duplicates>.
 
 use base64::Engine as _;
 use http::HeaderName;
 
 use super::body::parse_json;
 use super::signature::{
-    id_from_header, kind_from_header, plain_secrets, replay_key, shortest, signature_header,
-    verify_hmac_sha256, Secret,
+    id_from_header, kind_from_header, optional_id_header, plain_secrets, replay_key, shortest,
+    signature_header, verify_hmac_sha256, Secret,
 };
-use super::{ConfigError, Delivery, Provider, Rejection, Verdict, VerifiedEvent};
+use super::{
+    ConfigError, Delivery, Provider, Rejection, ReplayScope, Verdict, VerifiedEvent, MAX_ID_BYTES,
+};
 
 /// The header carrying the signature.
 pub const SIGNATURE_HEADER: HeaderName = HeaderName::from_static("x-shopify-hmac-sha256");
@@ -34,6 +52,12 @@ pub const SIGNATURE_HEADER: HeaderName = HeaderName::from_static("x-shopify-hmac
 pub const WEBHOOK_ID_HEADER: HeaderName = HeaderName::from_static("x-shopify-webhook-id");
 /// The header carrying the topic.
 pub const TOPIC_HEADER: HeaderName = HeaderName::from_static("x-shopify-topic");
+/// The header carrying the id shared by every delivery of one merchant
+/// action (several topics, several subscriptions, every retry).
+pub const EVENT_ID_HEADER: HeaderName = HeaderName::from_static("x-shopify-event-id");
+
+/// Prefix of an event id made from `X-Shopify-Event-Id`.
+pub const EVENT_ID_PREFIX: &str = "event:";
 
 /// Length of an HMAC-SHA256 digest, in bytes.
 const DIGEST_BYTES: usize = 32;
@@ -85,18 +109,24 @@ impl Provider for Shopify {
             &[delivery.body],
             std::slice::from_ref(&presented),
         )?;
-        let id = id_from_header(delivery.headers, &WEBHOOK_ID_HEADER)?;
+        let webhook_id = id_from_header(delivery.headers, &WEBHOOK_ID_HEADER)?;
+        let event_id = optional_id_header(delivery.headers, &EVENT_ID_HEADER)?;
         let kind = kind_from_header(delivery.headers, &TOPIC_HEADER)?;
         let payload = parse_json(delivery.body)?;
-        // Only signed bytes make the replay key: the topic header is not
-        // signed, so a captured body re-sent under another topic (and a fresh
-        // id) must be the same event, not one run per handled topic.
-        let replay_key = replay_key(&[], &presented);
+        let id = match event_id {
+            Some(event_id) => event_dedup_key(&event_id, &kind, &payload),
+            None => webhook_id,
+        };
+        // The signature makes the replay key; the receiver scopes it by the
+        // (unsigned) topic for the topics a handler takes, so that the
+        // topics Shopify sends one body under each run once, and a copy under
+        // any other topic is still the content recorded before.
         Ok(Verdict::Event(VerifiedEvent {
             id: Some(id),
             kind,
             payload,
-            replay_key: Some(replay_key),
+            replay_key: Some(replay_key(&[], &presented)),
+            replay_scope: ReplayScope::HandledKind,
         }))
     }
 
@@ -107,6 +137,31 @@ impl Provider for Shopify {
     fn shortest_secret_bytes(&self) -> Option<usize> {
         shortest(&self.secrets)
     }
+}
+
+/// The event id of a delivery with an `X-Shopify-Event-Id`: the prefix, the
+/// event id, the topic and, when the body has a top-level `id` (a number, or
+/// a string of 1 to [`MAX_ID_BYTES`] visible ASCII characters, as event ids
+/// are everywhere: they end up in idempotency keys and headers), that id,
+/// joined by `:`.
+fn event_dedup_key(event_id: &str, topic: &str, payload: &serde_json::Value) -> String {
+    let mut key = format!("{EVENT_ID_PREFIX}{event_id}:{topic}");
+    match payload.get("id") {
+        Some(serde_json::Value::Number(number)) => {
+            key.push(':');
+            key.push_str(&number.to_string());
+        }
+        Some(serde_json::Value::String(text))
+            if !text.is_empty()
+                && text.len() <= MAX_ID_BYTES
+                && text.bytes().all(|b| b.is_ascii_graphic()) =>
+        {
+            key.push(':');
+            key.push_str(text);
+        }
+        _ => {}
+    }
+    key
 }
 
 /// The presented digest, from the signature header.
@@ -162,9 +217,9 @@ mod tests {
         assert_eq!(e.payload["email"], json!("jon@example.com"));
     }
 
-    /// The replay key is the signature's alone: neither the unsigned webhook
-    /// id nor the unsigned topic changes it, so a captured body re-sent under
-    /// another topic is the same event.
+    /// The replay key the verifier gives is the signature's alone: neither
+    /// the unsigned webhook id nor the unsigned topic changes it (the
+    /// receiver scopes it by the topics a handler takes).
     #[test]
     fn the_replay_key_ignores_the_unsigned_topic_and_id() {
         let s = sig(SECRET, BODY.as_bytes());
@@ -192,6 +247,99 @@ mod tests {
         let other = r#"{"id":2}"#;
         let e = event(order(&sig(SECRET, other.as_bytes()), other.as_bytes()));
         assert_ne!(e.replay_key, first);
+    }
+
+    /// Shopify's topic header is not signed, and one body comes under
+    /// several topics: the verdict asks the receiver to scope the key by the
+    /// topics a handler takes.
+    #[test]
+    fn the_replay_key_is_scoped_by_handled_topic() {
+        let e = event(order(&sig(SECRET, BODY.as_bytes()), BODY.as_bytes()));
+        assert_eq!(e.replay_scope, ReplayScope::HandledKind);
+    }
+
+    fn with_event_id(event_id: Option<&str>, webhook_id: &str, topic: &str, body: &str) -> String {
+        let s = sig(SECRET, body.as_bytes());
+        let mut h = vec![
+            ("X-Shopify-Hmac-Sha256", s.as_str()),
+            ("X-Shopify-Webhook-Id", webhook_id),
+            ("X-Shopify-Topic", topic),
+        ];
+        if let Some(event_id) = event_id {
+            h.push(("X-Shopify-Event-Id", event_id));
+        }
+        event(go(&provider(), &h, body.as_bytes())).id.unwrap()
+    }
+
+    /// With `X-Shopify-Event-Id`, the event id is the event's, scoped by
+    /// the topic and the body's `id`: every delivery of one event and topic
+    /// (a retry, a second subscription, another API version's body) is one
+    /// event, the topics of one merchant action are apart, and so are the
+    /// resources of one action. Without it, the webhook id.
+    #[test]
+    fn the_event_id_header_is_the_id_scoped_by_topic_and_resource() {
+        const EVENT: &str = "7b8c9d0a-1234-5678-90ab-cdef12345678";
+        let create = with_event_id(Some(EVENT), ID, "orders/create", BODY);
+        assert_eq!(
+            create,
+            format!("event:{EVENT}:orders/create:820982911946154508")
+        );
+        // A second subscription's delivery: another webhook id, another
+        // API version's body, the same event.
+        let newer =
+            r#"{"id":820982911946154508,"email":"jon@example.com","total_price":"11.00","x":1}"#;
+        assert_eq!(
+            with_event_id(Some(EVENT), "wh-2", "orders/create", newer),
+            create
+        );
+        // Another topic of the same action; another resource of it.
+        let paid = with_event_id(Some(EVENT), "wh-3", "orders/paid", BODY);
+        assert_eq!(
+            paid,
+            format!("event:{EVENT}:orders/paid:820982911946154508")
+        );
+        let other = with_event_id(Some(EVENT), "wh-4", "orders/create", r#"{"id":"gid-9"}"#);
+        assert_eq!(other, format!("event:{EVENT}:orders/create:gid-9"));
+        // No usable `id` in the body: the event and the topic.
+        for body in [
+            r#"{"shop_id":1}"#,
+            r#"{"id":""}"#,
+            r#"{"id":"a b"}"#,
+            r#"{"id":null}"#,
+            "[1]",
+        ] {
+            assert_eq!(
+                with_event_id(Some(EVENT), ID, "shop/redact", body),
+                format!("event:{EVENT}:shop/redact"),
+                "{body}"
+            );
+        }
+        // No event id header: the webhook id, as before.
+        assert_eq!(with_event_id(None, ID, "orders/create", BODY), ID);
+    }
+
+    /// The event id header is read like the webhook id: once, visible ASCII.
+    #[test]
+    fn a_duplicated_or_bad_event_id_header_is_refused() {
+        let s = sig(SECRET, BODY.as_bytes());
+        let base = [
+            ("X-Shopify-Hmac-Sha256", s.as_str()),
+            ("X-Shopify-Webhook-Id", ID),
+            ("X-Shopify-Topic", "orders/create"),
+        ];
+        let twice = [
+            &base[..],
+            &[("X-Shopify-Event-Id", "e1"), ("X-Shopify-Event-Id", "e2")],
+        ]
+        .concat();
+        assert_rejected(
+            go(&provider(), &twice, BODY.as_bytes()),
+            "duplicate_header",
+            401,
+        );
+        let long = ten_kb();
+        let bad = [&base[..], &[("X-Shopify-Event-Id", long.as_str())]].concat();
+        assert_rejected(go(&provider(), &bad, BODY.as_bytes()), "invalid_id", 400);
     }
 
     #[test]

@@ -78,6 +78,22 @@ pub(crate) fn replay_key(context: &[&[u8]], signature: &[u8]) -> String {
     format!("{REPLAY_KEY_PREFIX}{}", hex::encode(hash.finalize()))
 }
 
+/// The replay key of the same signed content under one kind
+/// ([`ReplayScope::HandledKind`](super::ReplayScope::HandledKind)): `sig:` +
+/// the hex SHA-256 of `"kind"`, the kind and `replay_key`, each
+/// length-prefixed. Derived from the content's key, so the receiver (which
+/// knows the handlers) can scope it without the signature; never equal to a
+/// key of the content alone, nor to one under another kind.
+pub(crate) fn kind_scoped_replay_key(replay_key: &str, kind: &str) -> String {
+    use sha2::Digest as _;
+    let mut hash = sha2::Sha256::new();
+    for part in [&b"kind"[..], kind.as_bytes(), replay_key.as_bytes()] {
+        hash.update((part.len() as u64).to_be_bytes());
+        hash.update(part);
+    }
+    format!("{REPLAY_KEY_PREFIX}{}", hex::encode(hash.finalize()))
+}
+
 macro_rules! hmac_fn {
     ($(#[$doc:meta])* $name:ident, $hash:ty) => {
         $(#[$doc])*
@@ -348,6 +364,21 @@ mod tests {
         assert!(!any_match(&[vec![1, 2]], &[vec![1, 2, 3]]));
         assert!(!any_match(&[vec![]], &[vec![]]));
         assert!(!any_match(&[], &[vec![1]]));
+    }
+
+    /// A kind-scoped key differs from the content's own key and from the
+    /// same content's under any other kind, and is a `sig:` key like it.
+    #[test]
+    fn kind_scoped_keys_are_apart_from_each_other_and_the_content_key() {
+        let content = replay_key(&[], &[7; 32]);
+        let create = kind_scoped_replay_key(&content, "orders/create");
+        let paid = kind_scoped_replay_key(&content, "orders/paid");
+        assert!(create.starts_with(REPLAY_KEY_PREFIX) && create.len() == content.len());
+        assert_ne!(create, content);
+        assert_ne!(create, paid);
+        assert_eq!(create, kind_scoped_replay_key(&content, "orders/create"));
+        let other = replay_key(&[], &[8; 32]);
+        assert_ne!(create, kind_scoped_replay_key(&other, "orders/create"));
     }
 
     #[test]

@@ -134,6 +134,7 @@ fn json_verdict(body: &[u8]) -> Result<Verdict, Rejection> {
         payload: Value::Object(object),
         // The id is in the signed body; the signed timestamp bounds replays.
         replay_key: None,
+        replay_scope: super::ReplayScope::Content,
     }))
 }
 
@@ -172,6 +173,7 @@ fn form_verdict(body: &[u8]) -> Result<Verdict, Rejection> {
         payload: Value::Object(form),
         // The body (hashed into the dedup key) is signed; the timestamp bounds replays.
         replay_key: None,
+        replay_scope: super::ReplayScope::Content,
     }))
 }
 

@@ -191,6 +191,7 @@ impl Provider for StandardWebhooks {
             payload: Value::Object(object),
             // The id is signed; the signed timestamp bounds replays.
             replay_key: None,
+            replay_scope: super::ReplayScope::Content,
         }))
     }
 

@@ -155,6 +155,7 @@ impl Provider for Stripe {
             payload: Value::Object(object),
             // The id is in the signed body; the signed timestamp bounds replays.
             replay_key: None,
+            replay_scope: super::ReplayScope::Content,
         }))
     }
 

@@ -289,6 +289,7 @@ impl Provider for Twilio {
             // The idempotency token is not signed; the signature covers the
             // URL and the parameters (or the body's hash).
             replay_key: Some(replay_key(&[], &presented)),
+            replay_scope: super::ReplayScope::Content,
         }))
     }
 
