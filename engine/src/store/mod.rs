@@ -130,9 +130,14 @@ pub trait Store: admin::Admin + Send + Sync + fmt::Debug {
     /// (zero if one is due now); `None` when nothing is active.
     async fn event_next_due(&self) -> Result<Option<Duration>, StoreError>;
 
-    /// How long the longest-waiting *suspect* has been due, if one is: an
-    /// expired lease that was held alone, or whose step was interrupted in a
-    /// batch before. Only a claim alone takes one over.
+    /// How long the *suspect* that a claim alone would take now has been
+    /// due, if there is one: an expired lease that was held alone or whose
+    /// step was interrupted in a batch before, or an event given back since
+    /// it was taken as a suspect whose step was not marked. Only a claim
+    /// alone takes one over. Asked as that claim would be (by a worker
+    /// holding nothing, so skipping no source or kind), with the claim's own
+    /// filters: a suspect no claim alone could take now (its key at its
+    /// limit, an earlier event of its resource unfinished) is not reported.
     async fn event_suspect_waits(&self) -> Result<Option<Duration>, StoreError>;
 
     /// How many events are pending or running: work for a worker now or

@@ -134,15 +134,18 @@ pub struct ClaimParams<'a> {
     /// A claim *alone*: the claimer holds no other lease and starts nothing
     /// else until this event's run ends, so a crash during it is this
     /// event's own. It leases one event at most, and is the only claim that
-    /// takes over a *suspect*: an expired lease that was taken alone, or
-    /// whose step was already interrupted once in a batch. A batch claim
-    /// (`false`) leases pending events, and takes over an expired batch
-    /// lease once (its second chance, uncharged). A takeover charges an
-    /// attempt only if the expired lease was taken alone. Default: `limit == 1`.
+    /// takes a *suspect*: an expired lease that was taken alone, or whose
+    /// step was already interrupted once in a batch; and, until its step is
+    /// marked, a suspect so taken and given back (a shutdown, a snooze, a
+    /// throttle). A batch claim (`false`) leases pending events that are not
+    /// suspects, and takes over an expired batch lease once (its second
+    /// chance, uncharged). A takeover charges an attempt only if the expired
+    /// lease was taken alone. Default: `limit == 1`.
     pub alone: bool,
-    /// Whether pending events may be leased. `false` with `alone`: suspects
-    /// only (a worker with nothing in hand looks for one to run alone, and
-    /// would otherwise run an ordinary event alone for nothing). Default: `true`.
+    /// Whether pending events that are not suspects may be leased. `false`
+    /// with `alone`: suspects only, nothing else (a worker with nothing in
+    /// hand looks for one to run alone, and would otherwise run an ordinary
+    /// event alone for nothing). Default: `true`.
     pub pending: bool,
 }
 

@@ -12,7 +12,7 @@ use super::{engine, order_paid, quick_worker};
 use crate::test_steps::Record;
 use crate::TestDb;
 
-fn one_step() -> Handlers {
+pub(super) fn one_step() -> Handlers {
     Handlers::new().on(
         "shop",
         "order.paid",
@@ -20,14 +20,14 @@ fn one_step() -> Handlers {
     )
 }
 
-fn batch(worker: &str) -> ClaimParams<'_> {
+pub(super) fn batch(worker: &str) -> ClaimParams<'_> {
     ClaimParams {
         alone: false,
         ..ClaimParams::new(worker, 10, Duration::from_secs(30))
     }
 }
 
-fn suspects_alone(worker: &str) -> ClaimParams<'_> {
+pub(super) fn suspects_alone(worker: &str) -> ClaimParams<'_> {
     ClaimParams {
         alone: true,
         pending: false,
@@ -36,7 +36,7 @@ fn suspects_alone(worker: &str) -> ClaimParams<'_> {
 }
 
 /// The attempts charged to an event (`attempt - interrupted`).
-async fn charged(db: &TestDb, seq: i64) -> i64 {
+pub(super) async fn charged(db: &TestDb, seq: i64) -> i64 {
     db.probe
         .scalar(&format!(
             "SELECT CAST(attempt - interrupted AS BIGINT) FROM tickmark_events WHERE id = {seq}"

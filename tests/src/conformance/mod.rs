@@ -4,6 +4,7 @@
 
 pub mod admin;
 pub mod blame;
+pub mod blame_suspects;
 pub mod fencing;
 pub mod flow;
 pub mod inbox;
@@ -74,6 +75,8 @@ macro_rules! conformance_suite {
             running::a_step_longer_than_its_lease_keeps_it_by_heartbeat,
             blame::a_lease_lost_beside_others_is_refunded_and_one_held_alone_is_charged,
             blame::a_worker_runs_the_suspects_of_a_dead_batch_without_charging_them,
+            blame_suspects::a_suspect_given_back_before_its_step_ran_stays_a_suspect,
+            blame_suspects::a_suspect_no_claim_could_take_is_not_reported_waiting,
             fencing::a_taken_over_lease_can_neither_mark_nor_heartbeat,
             fencing::a_retried_mark_is_confirmed_only_while_its_lease_holds,
             fencing::an_expired_lease_cannot_mark_even_before_a_takeover,

@@ -78,7 +78,7 @@ pub const ADMIN_EVENT_LOCK: &str = "
 /// forced (`$4`) and the lease has expired. Fences out any old lease.
 pub const EVENT_RETRY: &str = concat!(
     "UPDATE tickmark_events
-    SET state = 'pending', next_step = $2, due_at = now(), attempt = 0, interrupted = 0, lease_owner = NULL,
+    SET state = 'pending', next_step = $2, due_at = now(), attempt = 0, interrupted = 0, suspect = false, lease_owner = NULL,
         finished_at = NULL, last_error = NULL, lease_token = lease_token + 1,
         snoozed = false, progress = NULL, progress_message = NULL,
         wait_key = NULL, wait_since = NULL, wait_until = NULL,
@@ -126,7 +126,7 @@ pub const EVENT_SETTLE_STEP: &str = concat!(
     SET next_step = next_step + 1,
         state = CASE WHEN next_step + 1 >= step_count THEN 'done' ELSE 'pending' END,
         finished_at = CASE WHEN next_step + 1 >= step_count THEN now() END,
-        due_at = now(), attempt = 0, interrupted = 0, lease_owner = NULL, last_error = NULL,
+        due_at = now(), attempt = 0, interrupted = 0, suspect = false, lease_owner = NULL, last_error = NULL,
         lease_token = lease_token + 1, snoozed = false,
         progress = NULL, progress_message = NULL,
         wait_key = NULL, wait_since = NULL, wait_until = NULL

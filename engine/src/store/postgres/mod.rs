@@ -690,7 +690,7 @@ impl Store for PostgresStore {
 
     async fn event_suspect_waits(&self) -> Result<Option<Duration>, StoreError> {
         let seconds: Option<f64> = sqlx::query_scalar(sql::EVENT_SUSPECT_WAITS)
-            .fetch_one(&self.db)
+            .fetch_optional(&self.db)
             .await?;
         Ok(seconds.map(|s| Duration::from_secs_f64(s.max(0.0))))
     }

@@ -86,14 +86,16 @@ pub const DEBOUNCE_SCHEDULE: &str = "
     SELECT scheduled.id FROM scheduled CROSS JOIN LATERAL pg_notify($4, '') AS notified";
 
 /// Lease due events in one statement: `tickmark_claim` (migrations 0003,
-/// 0012, 0013). It walks `tickmark_events_due` in its exact order (no sort of the
-/// backlog, whatever the table's statistics say) and locks with SKIP LOCKED,
-/// so concurrent claimers take different rows instead of queueing. Running
+/// 0012, 0013, 0014), its rows chosen by `tickmark_claimable`. It walks
+/// `tickmark_events_due` in its exact order (no sort of the backlog,
+/// whatever the table's statistics say) and locks with SKIP LOCKED, so
+/// concurrent claimers take different rows instead of queueing. Running
 /// rows whose lease expired are due too: that is how a dead worker's event
 /// is taken over, with a new fencing token that fences the old worker out.
 /// A batch claim takes an expired batch lease over once; a suspect (lost
-/// again, or lost while held alone) waits for a claim alone (`$6`; `$7`
-/// false: suspects only), and only a lease held alone is charged. An
+/// again, or lost while held alone, and until its step is marked even if
+/// given back meanwhile) waits for a claim alone (`$6`; `$7` false:
+/// suspects only), and only a lease held alone is charged. An
 /// ordered event waits while an earlier event of its resource is
 /// unfinished; sources and kinds at this worker's limits are skipped.
 ///
@@ -194,12 +196,16 @@ pub const EVENT_PARK: &str = "
     SET state = 'parked', last_error = $3, finished_at = now(), attempt = greatest(attempt - 1, 0)
     WHERE id = $1 AND lease_token = $2 AND state = 'running'";
 
-/// Seconds the longest-waiting suspect has been due (NULL: none), for a
-/// claim alone: an expired lease that was held alone or whose step was
-/// interrupted before.
+/// Seconds the suspect a claim alone would take now has been due (no row:
+/// none): `tickmark_claimable` (migration 0014), the very query the claim
+/// chooses its rows with, called as a claim alone of suspects by a worker
+/// holding nothing (no source or kind skipped). So a suspect no claim alone
+/// could take (its key at its limit, an earlier event of its resource
+/// unfinished) is not reported. The row is locked for the statement (SKIP
+/// LOCKED: one being claimed is not reported either).
 pub const EVENT_SUSPECT_WAITS: &str = "
-    SELECT extract(epoch FROM (now() - min(due_at)))::float8 FROM tickmark_events
-    WHERE state = 'running' AND due_at <= now() AND (claimed_alone OR interrupted > 0)";
+    SELECT extract(epoch FROM (now() - c.due_at))::float8
+    FROM tickmark_claimable(1, true, false, '{}', '{}') AS c";
 
 /// Seconds until the earliest active row falls due: the first entry of the index.
 pub const EVENT_NEXT_DUE: &str = "
@@ -273,6 +279,7 @@ pub const STEP_MARK_DONE: &str = "
             state = CASE WHEN next_step + 1 >= step_count THEN 'done' ELSE 'running' END,
             attempt = CASE WHEN next_step + 1 >= step_count THEN attempt ELSE 1 END,
             interrupted = CASE WHEN next_step + 1 >= step_count THEN interrupted ELSE 0 END,
+            suspect = false,
             finished_at = CASE WHEN next_step + 1 >= step_count THEN now() END,
             step_started_at = now(),
             last_error = NULL,
@@ -306,6 +313,7 @@ pub const STEP_MARK_DONE_MANY: &str = "
             state = CASE WHEN e.next_step + 1 >= e.step_count THEN 'done' ELSE 'running' END,
             attempt = CASE WHEN e.next_step + 1 >= e.step_count THEN e.attempt ELSE 1 END,
             interrupted = CASE WHEN e.next_step + 1 >= e.step_count THEN e.interrupted ELSE 0 END,
+            suspect = false,
             finished_at = CASE WHEN e.next_step + 1 >= e.step_count THEN now() END,
             step_started_at = now(),
             last_error = NULL,
@@ -335,6 +343,7 @@ pub const STEP_MARK_FAILED: &str = "
         SET state = CASE WHEN $9 THEN 'dead' ELSE 'pending' END,
             due_at = now() + make_interval(secs => $10),
             attempt = $5,
+            suspect = false,
             last_error = $8,
             progress = NULL,
             progress_message = NULL,

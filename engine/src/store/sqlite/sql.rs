@@ -19,13 +19,25 @@ pub const EVENT_INSERT: &str = "
 pub const TOMBSTONED: &str = "
     SELECT 1 FROM tickmark_tombstones WHERE source = ?1 AND key_hash IN (?2, ?3) LIMIT 1";
 
-/// Whether anything is due, read without the write lock (same filters as
-/// [`EVENT_DUE`]; `?2` is unused so both take the same parameters).
-pub const EVENT_ANY_DUE: &str = "
-    SELECT e.id FROM tickmark_events AS e
-    WHERE e.state IN ('pending', 'running') AND e.due_at <= ?1 AND ?2 > 0
-      AND CASE WHEN e.state = 'pending' THEN ?6
-               ELSE ?5 OR (NOT e.claimed_alone AND e.interrupted = 0) END
+/// Which due events a claim may take (`?1` now, `?3`/`?4` the sources and
+/// kinds to skip, `?5` alone, `?6` pending): one text, in every statement
+/// that chooses for a claim, so a suspect is reported waiting
+/// ([`EVENT_SUSPECT_WAITS`]) only when a claim alone could take it. A
+/// suspect (marked so, or an expired lease that was held alone or whose
+/// step was interrupted before) only for a claim alone; a pending event if
+/// `?6`; an expired batch lease on its second chance for a batch claim, or
+/// a claim alone that takes pending events too. An ordered event waits
+/// while an earlier event of its resource is unfinished, a limited event
+/// while its key is full (the caller keeps a batch within the limit).
+macro_rules! claimable {
+    () => {
+        "
+    FROM tickmark_events AS e
+    WHERE e.state IN ('pending', 'running') AND e.due_at <= ?1
+      AND CASE WHEN e.suspect OR (e.state = 'running' AND (e.claimed_alone OR e.interrupted > 0))
+                    THEN ?5
+               WHEN e.state = 'pending' THEN ?6
+               ELSE ?6 OR NOT ?5 END
       AND e.source NOT IN (SELECT value FROM json_each(?3))
       AND (e.source || char(31) || e.kind) NOT IN (SELECT value FROM json_each(?4))
       AND NOT EXISTS (
@@ -35,44 +47,40 @@ pub const EVENT_ANY_DUE: &str = "
       AND (e.limit_key IS NULL OR (
           SELECT count(*) FROM tickmark_events AS r
           WHERE r.limit_key = e.limit_key AND r.state = 'running' AND r.due_at > ?1) < e.limit_n)
-    ORDER BY e.due_at, e.id
-    LIMIT 1";
+    ORDER BY e.due_at, e.id"
+    };
+}
+
+/// The due time of the first event a claim may take, read without the
+/// write lock: whether anything is due (`?2` is unused, so that this takes
+/// the parameters of [`EVENT_DUE`]).
+pub const EVENT_ANY_DUE: &str = concat!(
+    "SELECT e.due_at",
+    claimable!(),
+    "
+    LIMIT CASE WHEN ?2 > 0 THEN 1 ELSE 0 END"
+);
 
 /// The due events, walking `tickmark_events_due` in order (inside the write
-/// transaction, so no other writer can claim them in between). An ordered
-/// event waits while an earlier event of its resource is unfinished, a
-/// limited event while its key is full (`held`: the key's running events;
-/// the caller keeps a batch within the limit); sources and kinds at this
-/// worker's limits are skipped. An expired batch lease is taken over once by
-/// a batch claim (its second chance); after that, or once held alone, it is
-/// a suspect, which only a claim alone (`?5`, with `?2` = 1) takes over;
-/// `?6` false takes no pending event.
-pub const EVENT_DUE: &str = "
-    SELECT e.id, e.state, e.limit_key, e.limit_n,
+/// transaction, so no other writer can claim them in between), at most `?2`;
+/// `held` counts a limited event's key's running events.
+pub const EVENT_DUE: &str = concat!(
+    "SELECT e.id, e.state, e.limit_key, e.limit_n,
            CASE WHEN e.limit_key IS NULL THEN 0 ELSE
                (SELECT count(*) FROM tickmark_events AS r
                 WHERE r.limit_key = e.limit_key AND r.state = 'running' AND r.due_at > ?1)
-           END AS held
-    FROM tickmark_events AS e
-    WHERE e.state IN ('pending', 'running') AND e.due_at <= ?1
-      AND CASE WHEN e.state = 'pending' THEN ?6
-               ELSE ?5 OR (NOT e.claimed_alone AND e.interrupted = 0) END
-      AND e.source NOT IN (SELECT value FROM json_each(?3))
-      AND (e.source || char(31) || e.kind) NOT IN (SELECT value FROM json_each(?4))
-      AND NOT EXISTS (
-          SELECT 1 FROM tickmark_events AS earlier
-          WHERE earlier.resource_key = e.resource_key AND earlier.id < e.id
-            AND earlier.state IN ('pending', 'running'))
-      AND (e.limit_key IS NULL OR (
-          SELECT count(*) FROM tickmark_events AS r
-          WHERE r.limit_key = e.limit_key AND r.state = 'running' AND r.due_at > ?1) < e.limit_n)
-    ORDER BY e.due_at, e.id
-    LIMIT ?2";
+           END AS held",
+    claimable!(),
+    "
+    LIMIT ?2"
+);
 
 /// Lease the chosen events with new fencing tokens; a running row here had an
 /// expired lease, so this claim takes it over: every claim counts a run,
 /// and a run lost beside others (not held alone) is counted `interrupted`,
-/// refunded (docs/guarantees.md, exact blame).
+/// refunded (docs/guarantees.md, exact blame). A suspect taken (only a
+/// claim alone takes one) stays one until its step is marked, whatever
+/// gives it back before.
 pub const EVENT_CLAIM: &str = "
     UPDATE tickmark_events
     SET state = 'running',
@@ -82,6 +90,7 @@ pub const EVENT_CLAIM: &str = "
         attempt = attempt + 1,
         interrupted = interrupted + CASE WHEN state = 'running' AND NOT claimed_alone THEN 1 ELSE 0 END,
         claimed_alone = ?5,
+        suspect = suspect OR (state = 'running' AND (claimed_alone OR interrupted > 0)),
         step_started_at = ?3,
         progress = NULL,
         progress_message = NULL,
@@ -169,12 +178,12 @@ pub const EVENT_PARK: &str = "
     SET state = 'parked', last_error = ?3, finished_at = ?4, attempt = max(attempt - 1, 0)
     WHERE id = ?1 AND lease_token = ?2 AND state = 'running'";
 
-/// When the longest-waiting suspect fell due by `?1` (NULL: none), for a
-/// claim alone: an expired lease that was held alone or whose step was
-/// interrupted before.
-pub const EVENT_SUSPECT_WAITS: &str = "
-    SELECT min(due_at) FROM tickmark_events
-    WHERE state = 'running' AND due_at <= ?1 AND (claimed_alone OR interrupted > 0)";
+/// When the suspect a claim alone would take now fell due (no row: none),
+/// bound as such a claim is: `?1` now, `?2` = 1, no sources or kinds
+/// skipped (`?3`, `?4` = `[]`: a worker claims alone only holding nothing),
+/// `?5` alone, `?6` false (suspects only). [`EVENT_ANY_DUE`] itself: what a
+/// claim alone could take, and nothing it could not.
+pub const EVENT_SUSPECT_WAITS: &str = EVENT_ANY_DUE;
 
 /// The earliest active row's due time: the first entry of the index.
 pub const EVENT_NEXT_DUE: &str = "
@@ -238,6 +247,7 @@ pub const EVENT_ADVANCE: &str = "
         state = CASE WHEN next_step + 1 >= step_count THEN 'done' ELSE 'running' END,
         attempt = CASE WHEN next_step + 1 >= step_count THEN attempt ELSE 1 END,
         interrupted = CASE WHEN next_step + 1 >= step_count THEN interrupted ELSE 0 END,
+        suspect = 0,
         finished_at = CASE WHEN next_step + 1 >= step_count THEN ?4 END,
         step_started_at = ?4,
         last_error = NULL,
@@ -264,6 +274,7 @@ pub const EVENT_FAIL: &str = "
         due_at = ?6,
         last_error = ?7,
         attempt = ?8,
+        suspect = 0,
         progress = NULL,
         progress_message = NULL,
         finished_at = CASE WHEN ?5 THEN ?4 END
