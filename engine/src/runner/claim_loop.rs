@@ -10,18 +10,21 @@
 //! taken over only by a claim alone: by a worker of an engine holding
 //! nothing, which then claims nothing else until that event ends, so a
 //! crash meanwhile is that event's own and is charged. A busy worker that
-//! learns a suspect waits (a check every heartbeat interval) stops claiming
-//! until it is empty, then claims alone, one suspect after another.
+//! learns a suspect waits (a check every heartbeat interval) makes its
+//! engine drain: no worker of it claims a batch until one of them, all
+//! empty, has claimed alone, one suspect after another (`alone_gate.rs`).
 
 use std::collections::VecDeque;
 use std::sync::Arc;
 use std::time::Duration;
 
+use tokio::sync::watch;
 use tokio::task::{JoinHandle, JoinSet};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
+use super::alone_gate::GateState;
 use super::event_task::{hold_event, report_panic, start_event, HeldEvent};
 use super::shared::RunnerShared;
 use crate::store::{ClaimParams, ClaimedEvent, Release, Store, StoreError, Wakeups};
@@ -39,10 +42,6 @@ const BATCH_WINDOW: Duration = Duration::from_millis(20);
 /// the running steps' marks even when every release is stuck.
 const RELEASES_AT_ONCE: usize = 4;
 
-/// How long a worker waits before trying again while another worker of its
-/// engine runs an event alone.
-const ALONE_NAP: Duration = Duration::from_millis(50);
-
 /// Whether the loop goes on.
 enum Flow {
     Continue,
@@ -54,7 +53,8 @@ enum Flow {
 enum Mode {
     /// Batches of pending events (and expired batch leases on their second chance).
     Batch,
-    /// A suspect waits: claim nothing until empty, then claim it alone.
+    /// The engine drains for a suspect: claim nothing until empty, then
+    /// claim it alone once every worker of the engine is empty.
     Draining,
     /// An event claimed alone is in hand: claim nothing else until it ends,
     /// then the next suspect.
@@ -80,6 +80,8 @@ pub(super) struct ClaimLoop {
     /// This worker is counted as holding a batch in the engine's gate (it
     /// holds the gate alone exactly while in `Mode::Alone`).
     in_batch: bool,
+    /// The gate's changes, to wait for one when it refuses this worker.
+    gate_changes: watch::Receiver<GateState>,
     /// When this worker last asked whether a suspect waits.
     suspects_checked: Instant,
     /// A suspect waits that this busy worker leaves to others: its due time
@@ -90,6 +92,7 @@ pub(super) struct ClaimLoop {
 
 impl ClaimLoop {
     pub fn new(shared: Arc<RunnerShared>) -> Self {
+        let gate_changes = shared.gate.subscribe();
         Self {
             shared,
             tasks: JoinSet::new(),
@@ -101,6 +104,7 @@ impl ClaimLoop {
             last_claim: Instant::now(),
             mode: Mode::Batch,
             in_batch: false,
+            gate_changes,
             suspects_checked: Instant::now(),
             suspect_waits: false,
         }
@@ -131,6 +135,13 @@ impl ClaimLoop {
             if self.is_empty() {
                 self.leave_batch();
             }
+            match (self.mode, self.shared.gate.draining()) {
+                // Another worker of this engine learnt that a suspect waits.
+                (Mode::Batch, true) => self.mode = Mode::Draining,
+                // Another worker took the suspects alone, and found no more.
+                (Mode::Draining, false) => self.mode = Mode::Batch,
+                _ => {}
+            }
 
             let flow = match self.mode {
                 Mode::Draining | Mode::Alone if !self.is_empty() => {
@@ -150,7 +161,8 @@ impl ClaimLoop {
         );
         self.shut_down().await;
         if alone {
-            gate.alone_ended();
+            // Stopping: the drain, if any, is left to the other workers.
+            gate.alone_ended(false);
         }
         if in_batch {
             gate.released();
@@ -168,9 +180,11 @@ impl ClaimLoop {
             return self.wait(shutdown).await;
         };
         if !self.in_batch {
+            self.gate_changes.borrow_and_update();
             if !self.shared.gate.enter_batch() {
-                // Another worker of this engine runs an event alone.
-                return sleep_unless(shutdown, ALONE_NAP).await;
+                // Another worker of this engine runs an event alone, or
+                // the engine began to drain.
+                return self.wait_for_gate(shutdown).await;
             }
             self.in_batch = true;
         }
@@ -189,22 +203,54 @@ impl ClaimLoop {
     }
 
     /// With nothing in hand, claim the next suspect alone and run it alone
-    /// (mode `Alone`); none (or the engine's gate taken): back to batches.
+    /// (mode `Alone`). While the engine drains and another worker still
+    /// holds events (or runs one alone), wait for the gate to change; none
+    /// left: back to batches.
     async fn next_suspect(&mut self, shutdown: &CancellationToken) -> Flow {
-        if self.mode != Mode::Alone && !self.shared.gate.enter_alone() {
-            self.mode = Mode::Batch;
-            return Flow::Continue;
+        let gate = Arc::clone(&self.shared.gate);
+        if self.mode != Mode::Alone {
+            self.gate_changes.borrow_and_update();
+            if !gate.enter_alone() {
+                if gate.draining() {
+                    self.mode = Mode::Draining;
+                    return self.wait_for_gate(shutdown).await;
+                }
+                self.mode = Mode::Batch;
+                return Flow::Continue;
+            }
         }
-        let claimed = self.claim_alone().await;
-        if let Ok(true) = claimed {
-            self.mode = Mode::Alone;
-            return Flow::Continue;
+        match self.claim_alone().await {
+            Ok(true) => {
+                self.mode = Mode::Alone;
+                Flow::Continue
+            }
+            Ok(false) => {
+                gate.alone_ended(true);
+                self.mode = Mode::Batch;
+                Flow::Continue
+            }
+            Err(wait) => {
+                gate.alone_ended(false);
+                self.mode = if gate.draining() {
+                    Mode::Draining
+                } else {
+                    Mode::Batch
+                };
+                sleep_unless(shutdown, wait).await
+            }
         }
-        self.shared.gate.alone_ended();
-        self.mode = Mode::Batch;
-        match claimed {
-            Err(wait) => sleep_unless(shutdown, wait).await,
-            Ok(_) => Flow::Continue,
+    }
+
+    /// Wait for the engine's gate to change (a worker emptied, a run alone
+    /// ended, a drain began or ended), at most a polling interval.
+    async fn wait_for_gate(&mut self, shutdown: &CancellationToken) -> Flow {
+        tokio::select! {
+            // In order, not at random: a simulated run repeats (docs/simulation.md).
+            biased;
+            _ = shutdown.cancelled() => Flow::Stop,
+            _ = self.gate_changes.changed() => Flow::Continue,
+            // Look at the heartbeat now and then (the loop checks it).
+            _ = tokio::time::sleep(self.shared.config.poll_every) => Flow::Continue,
         }
     }
 
@@ -278,10 +324,10 @@ impl ClaimLoop {
         }
     }
 
-    /// Every heartbeat interval, ask whether a suspect waits. A worker of
-    /// quick events stops claiming until it is empty, then claims it alone;
-    /// a worker of long events does so only once the suspect has waited a
-    /// whole lease (no worker with nothing in hand came for it).
+    /// Every heartbeat interval, ask whether a suspect waits that a claim
+    /// alone could take. A worker of quick events makes the engine drain
+    /// for it; a worker of long events does so only once the suspect has
+    /// waited a whole lease (no worker with nothing in hand came for it).
     async fn check_suspects(&mut self) {
         let config = &self.shared.config;
         if self.suspects_checked.elapsed() < config.heartbeat_every {
@@ -292,8 +338,9 @@ impl ClaimLoop {
             Ok(Some(waited)) if self.shared.pace.is_quick() || waited >= config.lease => {
                 tracing::debug!(
                     waited_ms = waited.as_millis() as u64,
-                    "a suspect waits: finishing what is in hand, then claiming it alone"
+                    "a suspect waits: the engine finishes what it holds, then claims it alone"
                 );
+                self.shared.gate.drain();
                 self.mode = Mode::Draining;
             }
             Ok(waits) => self.suspect_waits = waits.is_some(),

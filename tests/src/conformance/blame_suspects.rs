@@ -1,18 +1,21 @@
 //! Suspects (docs/guarantees.md, guarantee 14): an event lost twice in a
 //! batch, or once while held alone, stays a suspect until a mark of its
 //! step, however often it is given back before the step runs; a suspect is
-//! reported waiting only when a claim alone could take it.
+//! reported waiting only when a claim alone could take it; and an engine
+//! under a steady backlog still runs it alone, soon.
 
 use std::time::Duration;
 
 use chrono::Utc;
+use futures_util::future::join_all;
 use serde_json::json;
 use tickmark::operator::{Actor, Operations, RetryRequest};
 use tickmark::store::{ClaimedEvent, MarkDone, Release};
-use tickmark::{Accepted, Engine, Handler, Handlers, NewEvent};
+use tickmark::{Accepted, Engine, EventState, Handler, Handlers, NewEvent, StepState};
+use tokio_util::sync::CancellationToken;
 
-use super::blame::{batch, suspects_alone};
-use super::engine;
+use super::blame::{batch, charged, suspects_alone};
+use super::{engine, quick_worker};
 use crate::test_steps::Record;
 use crate::TestDb;
 
@@ -249,4 +252,104 @@ pub async fn a_suspect_no_claim_could_take_is_not_reported_waiting(db: TestDb) {
     let taken = claim_alone(&db).await;
     assert_eq!(taken.len(), 1);
     assert_eq!(taken[0].lease.event_seq, later);
+}
+
+/// How long an engine under a steady backlog may take to run a suspect:
+/// a heartbeat interval to learn of it (1/3 of `quick_worker`'s 2 s lease),
+/// what its workers hold to finish (a step each and at most a heartbeat
+/// interval's worth claimed ahead), then the suspect itself: about 1.5 s.
+/// The rest is room for a loaded machine; without a bound, the suspect
+/// waits as long as the backlog lasts.
+const SUSPECT_WITHIN: Duration = Duration::from_secs(15);
+
+/// Each backlog event's step: quick (a worker claims ahead), but slow
+/// enough that the backlog outlasts [`SUSPECT_WITHIN`]: two workers of
+/// four slots run some 80 a second.
+const BACKLOG_STEP_MS: u64 = 100;
+const BACKLOG: usize = 2_500;
+
+/// Issue 32, item 4: two workers of one engine under a steady backlog (it
+/// never runs dry, so the two are never empty at the same moment by
+/// themselves) take a suspect alone within a bounded time, and charge it
+/// nothing for its two losses in a batch.
+pub async fn an_engine_under_a_steady_backlog_runs_its_suspect_alone_soon(db: TestDb) {
+    let handlers = Handlers::new().on(
+        "shop",
+        "order.paid",
+        Handler::new().named_step(
+            "first",
+            Record {
+                pause_ms: BACKLOG_STEP_MS,
+                ..Record::default()
+            },
+        ),
+    );
+    let engine = engine(&db, handlers);
+    let seq = accept(&engine, "evt_suspect", "order.paid", json!({})).await;
+    make_suspect(&db, seq).await;
+    let ids: Vec<String> = (0..BACKLOG).map(|n| format!("evt_{n:05}")).collect();
+    for chunk in ids.chunks(100) {
+        join_all(
+            chunk
+                .iter()
+                .map(|id| accept(&engine, id, "order.paid", json!({}))),
+        )
+        .await;
+    }
+
+    let shutdown = CancellationToken::new();
+    let workers: Vec<_> = ["w1", "w2"]
+        .into_iter()
+        .map(|name| {
+            let worker = engine
+                .worker(quick_worker(name))
+                .expect("valid worker settings");
+            let shutdown = shutdown.clone();
+            tokio::spawn(async move { worker.run(shutdown).await })
+        })
+        .collect();
+
+    let started = tokio::time::Instant::now();
+    let finished = tokio::time::timeout(SUSPECT_WITHIN, async {
+        loop {
+            let record = db.store.event_get(seq).await.unwrap().unwrap();
+            if record.state == EventState::Done {
+                return;
+            }
+            // Polling the workers' database row, with a deadline.
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    })
+    .await;
+    let took = started.elapsed();
+    let left = db
+        .probe
+        .scalar("SELECT count(*) FROM tickmark_events WHERE state = 'pending'")
+        .await;
+    shutdown.cancel();
+    for worker in workers {
+        worker.await.unwrap().unwrap();
+    }
+
+    assert!(
+        left > 0,
+        "the backlog ran dry (else this test shows nothing): make it longer"
+    );
+    assert!(
+        finished.is_ok(),
+        "the suspect was not run within {SUSPECT_WITHIN:?} under a steady backlog \
+         ({left} events still pending)"
+    );
+    tracing::info!(
+        took_ms = took.as_millis() as u64,
+        left,
+        "the suspect is done"
+    );
+    assert_eq!(
+        charged(&db, seq).await,
+        1,
+        "its losses in a batch were not charged"
+    );
+    let steps = db.store.step_status(seq).await.unwrap();
+    assert_eq!((steps[0].state, steps[0].attempts), (StepState::Done, 3));
 }

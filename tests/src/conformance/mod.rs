@@ -77,6 +77,7 @@ macro_rules! conformance_suite {
             blame::a_worker_runs_the_suspects_of_a_dead_batch_without_charging_them,
             blame_suspects::a_suspect_given_back_before_its_step_ran_stays_a_suspect,
             blame_suspects::a_suspect_no_claim_could_take_is_not_reported_waiting,
+            blame_suspects::an_engine_under_a_steady_backlog_runs_its_suspect_alone_soon,
             fencing::a_taken_over_lease_can_neither_mark_nor_heartbeat,
             fencing::a_retried_mark_is_confirmed_only_while_its_lease_holds,
             fencing::an_expired_lease_cannot_mark_even_before_a_takeover,
