@@ -5,7 +5,7 @@
 //! marked, a live lease taken over, a crashed process still talking to the
 //! database) are made here, as it happens.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::fmt::Write as _;
 use std::sync::{Arc, Mutex};
 
@@ -81,6 +81,13 @@ struct Facts {
     lease_until: HashMap<i64, DateTime<Utc>>,
     /// How each event's current lease was claimed, for the blame check.
     last_claim: HashMap<i64, Charge>,
+    /// Per event, the runs of its current step lost with a lease claimed
+    /// beside others (until a mark moves it on, or an operator acts).
+    interrupted: HashMap<i64, u32>,
+    /// The suspects: events whose lease was lost again after an
+    /// interruption, or lost while claimed alone, and whose step has not
+    /// been marked since. Only a claim alone may take one.
+    suspects: HashSet<i64>,
     /// The journal entry at which each (event, position) was first marked done.
     marked_done: HashMap<(i64, i32), u64>,
     starts: Vec<StepStart>,
@@ -167,7 +174,9 @@ impl Journal {
     /// Exact blame: a takeover charges an attempt only if the lost lease was
     /// claimed alone; one claimed beside others is refunded (the charged
     /// attempts stay what that claim made them, or 1 if a mark moved the
-    /// event on).
+    /// event on). And only a claim alone takes a suspect (an event lost
+    /// again after an interruption, or lost while claimed alone), until a
+    /// mark of its step, however often it was given back meanwhile.
     pub fn claimed(
         &self,
         seq: i64,
@@ -177,27 +186,44 @@ impl Journal {
         charge: Charge,
     ) {
         let now = self.now();
-        let (live, misblamed) = self.with(|facts| {
+        let (live, misblamed, suspect_in_a_batch) = self.with(|facts| {
             let previous = facts.lease_until.insert(seq, until);
             let operator_changed = matches!(facts.current_token.get(&seq), Some(None));
             facts.current_token.insert(seq, Some(token));
             let lost = facts.last_claim.insert(seq, charge);
-            let misblamed = lost
-                .filter(|_| took_over && !operator_changed)
-                .and_then(|lost| {
-                    let base = if lost.next_step == charge.next_step {
-                        lost.charged
-                    } else {
-                        1
-                    };
-                    let expected = base + i32::from(lost.alone);
-                    (charge.charged != expected).then_some((lost, expected))
-                });
+            let taken_over = lost.filter(|_| took_over && !operator_changed);
+            let interrupted = facts.interrupted.get(&seq).copied().unwrap_or(0);
+            let suspect = facts.suspects.contains(&seq)
+                || taken_over.is_some_and(|lost| lost.alone || interrupted > 0);
+            if taken_over.is_some_and(|lost| !lost.alone) {
+                facts.interrupted.insert(seq, interrupted + 1);
+            }
+            if suspect && charge.alone {
+                facts.suspects.insert(seq);
+            } else {
+                facts.suspects.remove(&seq);
+            }
+            let misblamed = taken_over.and_then(|lost| {
+                let base = if lost.next_step == charge.next_step {
+                    lost.charged
+                } else {
+                    1
+                };
+                let expected = base + i32::from(lost.alone);
+                (charge.charged != expected).then_some((lost, expected))
+            });
             (
                 previous.filter(|expiry| took_over && *expiry > now),
                 misblamed,
+                suspect && !charge.alone,
             )
         });
+        if suspect_in_a_batch {
+            self.violation(format!(
+                "blame: a batch claim took suspect event {seq} (lost again after an interruption, \
+                 or lost while claimed alone, and not marked since)"
+            ));
+        }
         if let Some(expiry) = live {
             self.violation(format!(
                 "event {seq}: a claim took over a lease that was still live (until {expiry}, now {now})"
@@ -232,11 +258,14 @@ impl Journal {
         }
     }
 
-    /// An operator's transition of `seq` committed: every earlier lease is void.
+    /// An operator's transition of `seq` committed: every earlier lease is
+    /// void, and the event starts afresh (no interruption, no suspicion).
     pub fn operator_changed(&self, seq: i64) {
         self.with(|facts| {
             facts.current_token.insert(seq, None);
             facts.lease_until.remove(&seq);
+            facts.interrupted.remove(&seq);
+            facts.suspects.remove(&seq);
         });
     }
 
@@ -247,11 +276,20 @@ impl Journal {
         self.with(|facts| facts.marked_done.retain(|&(s, p), _| s != seq || p < from));
     }
 
-    /// Step `position` of `seq` was marked done (journal entry `entry`).
+    /// Step `position` of `seq` was marked done (journal entry `entry`):
+    /// the next step starts with no interruption, and no suspicion.
     pub fn marked_done(&self, seq: i64, position: i32, entry: u64) {
         self.with(|facts| {
             facts.marked_done.entry((seq, position)).or_insert(entry);
+            facts.interrupted.remove(&seq);
+            facts.suspects.remove(&seq);
         });
+    }
+
+    /// A failed attempt of `seq`'s step was marked: it ran to its end, so
+    /// the event is no suspect (its interruptions still count).
+    pub fn marked_failed(&self, seq: i64) {
+        self.with(|facts| facts.suspects.remove(&seq));
     }
 
     /// A step attempt started (recorded by the step).

@@ -551,7 +551,8 @@ impl Store for SimStore {
             lease.event_seq, lease.token, mark.position, mark.step, mark.then
         ))
         .fenced(lease, "a failure mark");
-        self.write(write, || self.inner.step_mark_failed(mark), ok, |_, _| {})
+        let marked = |_: &(), _| self.journal().marked_failed(lease.event_seq);
+        self.write(write, || self.inner.step_mark_failed(mark), ok, marked)
             .await
     }
 
