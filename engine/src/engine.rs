@@ -83,6 +83,7 @@ impl Engine {
     }
 
     /// The compiled handlers (the receiver asks which kinds they name).
+    #[cfg(feature = "receiver")]
     pub(crate) fn registry(&self) -> &Registry {
         &self.registry
     }

@@ -650,6 +650,7 @@ impl Registry {
     /// handler on (`source`, `kind`) or (`*`, `kind`), or a wait for
     /// (`source`, `kind`). A kind reached only through a `*` kind is not
     /// named: there are as many such kinds as anyone can write.
+    #[cfg(feature = "receiver")]
     pub fn names_kind(&self, source: &str, kind: &str) -> bool {
         let on = |s: &str| {
             self.by_source
@@ -665,6 +666,7 @@ impl Registry {
     }
 
     /// Every kind of `source` that [`Registry::names_kind`] names, sorted.
+    #[cfg(feature = "receiver")]
     pub fn named_kinds(&self, source: &str) -> Vec<&str> {
         let mut kinds: Vec<&str> = [source, ANY]
             .iter()
@@ -752,6 +754,7 @@ mod tests {
     /// The kinds a source's handlers name: exact handlers of the source,
     /// handlers of the kind for any source, waits for the source's kind;
     /// never a kind reached through `*` alone.
+    #[cfg(feature = "receiver")]
     #[test]
     fn named_kinds_are_the_exact_kinds_of_handlers_and_waits() {
         let registry = Handlers::new()
