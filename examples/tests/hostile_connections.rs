@@ -422,6 +422,21 @@ async fn pipelining_attack(server: SocketAddr, per_address: usize) -> tokio::tas
     attack
 }
 
+/// Wait at most `within` for every task of `attack` to end (each ends when
+/// the server has closed its connection); how many ended. Those still
+/// running are left in `attack`.
+async fn until_all_closed(attack: &mut tokio::task::JoinSet<()>, within: Duration) -> usize {
+    let mut closed = 0;
+    let _ = tokio::time::timeout(within, async {
+        while let Some(done) = attack.join_next().await {
+            done.expect("attacker task");
+            closed += 1;
+        }
+    })
+    .await;
+    closed
+}
+
 /// A signed delivery retried as a provider retries (after a 503 or a refused
 /// connection), until it is answered 200 or `within` has passed: the last
 /// answer, and how long it took.
@@ -471,16 +486,9 @@ async fn clients_that_pipeline_and_never_read_are_closed_at_the_write_deadline()
     let delivered_after = started.elapsed();
 
     // Every pipelining connection is closed by the server.
-    let mut closed = 0;
-    let all_closed = tokio::time::timeout(within, async {
-        while let Some(done) = attack.join_next().await {
-            done.expect("attacker task");
-            closed += 1;
-        }
-    })
-    .await;
+    let closed = until_all_closed(&mut attack, within).await;
     assert!(
-        all_closed.is_ok(),
+        attack.is_empty(),
         "the server left {} of 512 pipelining connections open after {within:?} ({closed} closed)",
         attack.len()
     );
@@ -531,14 +539,9 @@ async fn the_write_deadline_alone_closes_clients_that_never_read() {
         status, 200,
         "no 200 in {took:?} while clients that never read held every connection"
     );
-    let all_closed = tokio::time::timeout(within, async {
-        while let Some(done) = attack.join_next().await {
-            done.expect("attacker task");
-        }
-    })
-    .await;
+    until_all_closed(&mut attack, within).await;
     assert!(
-        all_closed.is_ok(),
+        attack.is_empty(),
         "the server left {} of 64 connections that never read open after {within:?}",
         attack.len()
     );
@@ -588,13 +591,11 @@ async fn sigterm_stops_the_process_while_pipelining_clients_hold_connections() {
     let stopped_after = sent.elapsed();
     assert!(status.success(), "payments exits cleanly: {status}");
     // Every connection was still open at the signal: the process closed them.
-    let closed = tokio::time::timeout(Duration::from_secs(10), async {
-        while let Some(done) = attack.join_next().await {
-            done.expect("attacker task");
-        }
-    })
-    .await;
-    assert!(closed.is_ok(), "the stopped process left connections open");
+    until_all_closed(&mut attack, Duration::from_secs(10)).await;
+    assert!(
+        attack.is_empty(),
+        "the stopped process left connections open"
+    );
     let defaults = tickmark::serve::Limits::default();
     eprintln!(
         "SIGTERM with 32 pipelining connections and 4 slow bodies open: stopped after \
