@@ -3,9 +3,11 @@
 use std::sync::Arc;
 
 use crate::event::NewEvent;
+use crate::event_status::EventStatus;
 use crate::handler::{ConfigError, Handlers, Registry};
 use crate::inbox::{self, Accepted};
 use crate::metrics::Metrics;
+use crate::operator::{replan, AdminError, ReplanIgnored, ReplanReport};
 use crate::resources::Resources;
 use crate::runner::{AloneGate, Worker, WorkerConfig, WorkerConfigError};
 use crate::store::{StepTransaction, Store, StoreError};
@@ -88,7 +90,39 @@ impl Engine {
         &self.registry
     }
 
-    /// The store, for reading the step-status table.
+    /// The event `source` recorded under `id` (its dedup key: the
+    /// provider's event id, or `sha256:…` of a body without one) and its
+    /// step-status table; `None` when no such event was accepted.
+    ///
+    /// Two reads, not one snapshot: a worker may mark a step between them,
+    /// so a step can be a step further on than the event's own row says.
+    pub async fn event_status(
+        &self,
+        source: &str,
+        id: &str,
+    ) -> Result<Option<EventStatus>, StoreError> {
+        let Some(record) = self.store.event_find(source, id).await? else {
+            return Ok(None);
+        };
+        let steps = self.store.step_status(record.event.seq).await?;
+        Ok(Some(EventStatus { record, steps }))
+    }
+
+    /// Give the ignored events `request` names the plans this engine's
+    /// handlers have for them: after a deploy adds a handler for a kind
+    /// that was recorded `ignored`, its events run as if the handler had
+    /// been there when they arrived (each re-plan is a fenced, audited
+    /// operator action). Only an engine knows the handlers, so this is the
+    /// engine's, not the `tickmark` command line's.
+    pub async fn replan_ignored(
+        &self,
+        request: &ReplanIgnored<'_>,
+    ) -> Result<ReplanReport, AdminError> {
+        replan::replan_ignored(self.store.as_ref(), &self.registry, request).await
+    }
+
+    /// The store: the operator's side ([`Admin`](crate::store::admin::Admin))
+    /// and the engine's. To read one event, [`Engine::event_status`] is enough.
     pub fn store(&self) -> &Arc<dyn Store> {
         &self.store
     }

@@ -685,6 +685,20 @@ impl Registry {
         kinds
     }
 
+    /// Every kind a handler names for `source` (on `source` or on `*`),
+    /// sorted; not `*` itself.
+    pub fn handled_kinds(&self, source: &str) -> Vec<&str> {
+        let mut kinds: Vec<&str> = [source, ANY]
+            .iter()
+            .filter_map(|s| self.by_source.get(*s))
+            .flat_map(|kinds| kinds.keys().map(String::as_str))
+            .filter(|kind| *kind != ANY)
+            .collect();
+        kinds.sort_unstable();
+        kinds.dedup();
+        kinds
+    }
+
     pub fn find(&self, source: &str, kind: &str) -> Option<&CompiledHandler> {
         let get = |s: &str, k: &str| self.by_source.get(s).and_then(|kinds| kinds.get(k));
         get(source, kind)

@@ -59,11 +59,12 @@
 //! engine.worker(WorkerConfig::default())?.run_until_idle().await?;
 //!
 //! // The step-status table.
-//! let event = engine.store().event_find("shop", "evt_1").await?.expect("accepted");
-//! let steps = engine.store().step_status(event.event.seq).await?;
-//! assert_eq!(steps[0].state, tickmark::StepState::Done);
-//! assert_eq!(steps[0].idempotency_key, "shop:evt_1:greet");
-//! assert_eq!(steps[0].output.as_ref().unwrap()["said"], "Thanks, Ada");
+//! let status = engine.event_status("shop", "evt_1").await?.expect("accepted");
+//! assert_eq!(status.state(), tickmark::EventState::Done);
+//! let greet = status.step("greet").expect("a step of the plan");
+//! assert_eq!(greet.state, tickmark::StepState::Done);
+//! assert_eq!(greet.idempotency_key, "shop:evt_1:greet");
+//! assert_eq!(greet.output.as_ref().unwrap()["said"], "Thanks, Ada");
 //! # Ok(())
 //! # }
 //! ```
@@ -73,7 +74,7 @@
 //! | module | what |
 //! |---|---|
 //! | [`step`], [`outcome`], [`context`] | the `Step` trait, its outcomes, and what a running step sees |
-//! | [`handler`], [`plan`] | ordered steps per (source, kind), stored with each event |
+//! | [`handler`] | ordered steps per (source, kind), encoded into a plan stored with each event |
 //! | [`flow`] | fleet-wide rate limits and concurrency limits per key |
 //! | [`inbox`] | accepting an event: the dedup decision |
 //! | `claim` | leases, fencing tokens, the heartbeat |
@@ -135,6 +136,7 @@ mod dedup_key;
 mod engine;
 mod error;
 pub mod event;
+mod event_status;
 pub mod flow;
 pub mod handler;
 mod idempotency;
@@ -147,6 +149,10 @@ pub mod operator;
 pub mod ops;
 pub mod ordering;
 pub mod outcome;
+// The stored plan's encoding: internal, outside semver. Public only for the
+// fuzz targets (fuzz/), which decode hostile plans; the one item users need
+// is `StepOptions`, re-exported below.
+#[doc(hidden)]
 pub mod plan;
 #[cfg(feature = "receiver")]
 #[cfg_attr(docsrs, doc(cfg(feature = "receiver")))]
@@ -166,6 +172,7 @@ pub use context::{StepContext, StepOutputs};
 pub use engine::Engine;
 pub use error::Error;
 pub use event::{Event, EventState, NewEvent, StepState};
+pub use event_status::EventStatus;
 pub use handler::{ConfigError, Handler, Handlers, ANY};
 pub use idempotency::idempotency_key;
 pub use inbox::Accepted;

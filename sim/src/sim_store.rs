@@ -244,6 +244,9 @@ fn outcome_of<T>(result: &Result<T, StoreError>) -> String {
     }
 }
 
+// The simulator is tickmark's own: it may implement the sealed `Store`.
+impl tickmark::store::unstable::StoreImplementation for SimStore {}
+
 #[async_trait::async_trait]
 impl Store for SimStore {
     fn backend(&self) -> Backend {

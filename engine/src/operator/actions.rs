@@ -236,7 +236,11 @@ async fn settle_step<S: Store + ?Sized>(
 
 /// Run the store's transition of `event_seq` with `decide`, turning what the
 /// store says back into the operator's words.
-async fn transition<S, F>(store: &S, event_seq: i64, decide: F) -> Result<EventRecord, AdminError>
+pub(super) async fn transition<S, F>(
+    store: &S,
+    event_seq: i64,
+    decide: F,
+) -> Result<EventRecord, AdminError>
 where
     S: Store + ?Sized,
     F: Fn(&EventSnapshot) -> Result<Verdict, AdminError> + Send + Sync,
@@ -264,7 +268,12 @@ where
 }
 
 /// The audit row of an action by `actor`.
-fn note(actor: &Actor<'_>, action: &str, step: Option<&str>, detail: String) -> AuditNote {
+pub(super) fn note(
+    actor: &Actor<'_>,
+    action: &str,
+    step: Option<&str>,
+    detail: String,
+) -> AuditNote {
     AuditNote {
         actor: actor.who.to_owned(),
         action: action.to_owned(),

@@ -1,4 +1,5 @@
-//! The operator's actions on events — retry, cancel, skip, mark done by hand —
+//! The operator's actions on events — retry, cancel, skip, mark done by hand,
+//! re-plan ignored events after a deploy adds their handler —
 //! and the rules they follow: which action each event state allows, the words
 //! an operator reads when one is refused, and what goes into the audit trail.
 //!
@@ -21,9 +22,11 @@
 
 mod actions;
 mod error;
+pub(crate) mod replan;
 mod request;
 mod rules;
 
 pub use actions::Operations;
 pub use error::AdminError;
+pub use replan::{ReplanIgnored, ReplanReport};
 pub use request::{Actor, RetryRequest};

@@ -85,9 +85,10 @@ pub struct StatusReport {
     pub done_per_minute: Vec<i64>,
 }
 
-/// The operator side of a store. Both stores implement it.
+/// The operator side of a store. Both stores implement it; sealed, as
+/// [`Store`](super::Store) is.
 #[async_trait::async_trait]
-pub trait Admin: Send + Sync {
+pub trait Admin: super::sealed::Sealed + Send + Sync {
     /// Counts by state and source, oldest pending age, stuck events, and
     /// events done per minute over the last `minutes` minutes.
     async fn status(&self, minutes: u32) -> Result<StatusReport, StoreError>;
@@ -250,6 +251,11 @@ pub enum Decision {
     /// Cancel the event: allowed from pending, running, dead and parked. A
     /// worker holding it loses its lease.
     Cancel,
+    /// Give an ignored event (accepted when no handler took its kind) the
+    /// plan of the handler that takes it now: pending at its first step,
+    /// due now, with the keys that handler orders and limits it by. Only
+    /// from ignored.
+    Replan(Replan),
     /// Settle the event's current step `position` by hand (its step row
     /// records `as_state` with `output` and `last_error`) and move past it:
     /// done after the last step, otherwise pending and due now. Allowed from
@@ -264,6 +270,24 @@ pub enum Decision {
         /// The error kept on the step row.
         last_error: Option<String>,
     },
+}
+
+/// What [`Decision::Replan`] writes: what an accept would have recorded
+/// had the handler been there.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Replan {
+    /// The handler's plan, encoded.
+    pub plan_json: String,
+    /// How many steps it has.
+    pub step_count: i32,
+    /// Ordering: the resource the event is about, and its sequence.
+    pub resource_key: Option<String>,
+    /// The resource's sequence number in this event, when ordered by one.
+    pub resource_seq: Option<i64>,
+    /// Concurrency: the key whose slots the event takes, and how many it has.
+    pub limit_key: Option<String>,
+    /// At most this many of the key's events run at once.
+    pub limit_n: Option<i32>,
 }
 
 /// How a step settled by hand is recorded.
@@ -290,7 +314,7 @@ impl SettledAs {
 pub struct AuditNote {
     /// Who.
     pub actor: String,
-    /// What: `retry`, `cancel`, `skip`, `mark_done`.
+    /// What: `retry`, `cancel`, `skip`, `mark_done`, `replan`.
     pub action: String,
     /// The step acted on, if any.
     pub step: Option<String>,

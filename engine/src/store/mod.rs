@@ -40,6 +40,25 @@ pub use records::{
 pub use transaction::StepTransaction;
 pub use wakeups::Wakeups;
 
+/// Seals [`Store`] and [`Admin`](admin::Admin).
+pub(crate) mod sealed {
+    /// Implemented through the hidden
+    /// [`StoreImplementation`](super::unstable::StoreImplementation): by
+    /// tickmark's two stores and the simulator's.
+    pub trait Sealed {}
+}
+
+/// Not part of tickmark's API: no semver promise covers it.
+#[doc(hidden)]
+pub mod unstable {
+    /// Lets tickmark's own simulator (the `tickmark-sim` crate, unpublished)
+    /// implement [`Store`](super::Store) around a real store, to inject
+    /// faults. Anything else that implements it may break in any release.
+    pub trait StoreImplementation {}
+
+    impl<T: StoreImplementation> super::sealed::Sealed for T {}
+}
+
 /// Which database a store runs on.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Backend {
@@ -60,8 +79,13 @@ impl fmt::Display for Backend {
 
 /// Everything the engine asks of a database; the operator side is the
 /// [`Admin`](admin::Admin) supertrait.
+///
+/// Sealed: only tickmark's own stores implement it, so a new method in a
+/// minor release breaks no one. Call it; do not implement it (the
+/// simulator's fault-injecting store does, through a hidden trait outside
+/// semver).
 #[async_trait::async_trait]
-pub trait Store: admin::Admin + Send + Sync + fmt::Debug {
+pub trait Store: sealed::Sealed + admin::Admin + Send + Sync + fmt::Debug {
     /// Which database this is.
     fn backend(&self) -> Backend;
 

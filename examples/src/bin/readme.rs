@@ -100,12 +100,11 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         .await?;
 
     // The step-status table.
-    let event = engine
-        .store()
-        .event_find("stripe", "evt_1")
+    let status = engine
+        .event_status("stripe", "evt_1")
         .await?
         .expect("accepted");
-    for step in engine.store().step_status(event.event.seq).await? {
+    for step in &status.steps {
         println!(
             "{:<15} {:<5} attempts {}  key {}",
             step.step, step.state, step.attempts, step.idempotency_key

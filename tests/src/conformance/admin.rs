@@ -10,8 +10,8 @@ use serde::{Deserialize, Serialize};
 use serde_json::json;
 use tickmark::operator::{Actor, AdminError, Operations, RetryRequest};
 use tickmark::store::admin::{
-    AuditNote, Decision, EventFilter, EventSnapshot, PruneBatch, SettledAs, TransitionError,
-    Verdict,
+    AuditNote, Decision, EventFilter, EventSnapshot, PruneBatch, Replan, SettledAs,
+    TransitionError, Verdict,
 };
 use tickmark::store::{ClaimParams, ClaimedEvent, MarkDone};
 use tickmark::{
@@ -564,9 +564,25 @@ pub async fn the_store_enforces_a_transition_the_rules_would_refuse(db: TestDb) 
         output: json!({}),
         last_error: None,
     };
+    let replan = Decision::Replan(Replan {
+        plan_json: db
+            .store
+            .event_plan(done)
+            .await
+            .unwrap()
+            .unwrap()
+            .to_string(),
+        step_count: 3,
+        resource_key: None,
+        resource_seq: None,
+        limit_key: None,
+        limit_n: None,
+    });
     for (event_seq, was, decision) in [
         (done, EventState::Done, Decision::Cancel),
         (done, EventState::Done, requeue(false, true)),
+        (done, EventState::Done, replan.clone()),
+        (running, EventState::Running, replan),
         (running, EventState::Running, requeue(true, true)),
         (running, EventState::Running, settle),
     ] {

@@ -12,6 +12,7 @@ pub mod isolation;
 pub mod long_handlers;
 pub mod ordering;
 pub mod portable_sql;
+pub mod replan;
 pub mod retries;
 pub mod running;
 pub mod shutdown;
@@ -132,6 +133,8 @@ macro_rules! conformance_suite {
             admin::skipping_a_middle_step_runs_the_rest,
             admin::a_forced_retry_of_an_interrupted_event_fences_the_old_lease,
             admin::prune_deletes_only_finished_events_older_than_the_cutoff,
+            replan::ignored_events_run_once_after_a_deploy_adds_their_handler,
+            replan::a_replan_of_a_kind_without_a_handler_is_refused,
             tombstones::a_redelivery_of_a_pruned_event_is_a_duplicate_within_the_dedup_window,
             tombstones::a_pruned_events_replay_key_still_catches_a_replay,
             tombstones::an_event_older_than_the_dedup_window_leaves_no_tombstone,

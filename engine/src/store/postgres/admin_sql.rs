@@ -118,6 +118,19 @@ pub const EVENT_CANCEL: &str = concat!(
     record_columns!()
 );
 
+/// Give ignored event `$1` the plan `$2` of `$3` steps, ordered by resource
+/// `$4` at sequence `$5`, limited by key `$6` to `$7` at once: pending at its
+/// first step, due now. Only from ignored.
+pub const EVENT_REPLAN: &str = concat!(
+    "UPDATE tickmark_events
+    SET state = 'pending', plan = $2::json, step_count = $3, next_step = 0, attempt = 0,
+        due_at = now(), finished_at = NULL, last_error = NULL, lease_token = lease_token + 1,
+        resource_key = $4, resource_seq = $5, limit_key = $6, limit_n = $7
+    WHERE id = $1 AND state = 'ignored'
+    RETURNING ",
+    record_columns!()
+);
+
 /// Move event `$1` past its current step `$2` (skipped or done by hand): done
 /// after the last step, otherwise pending and due now with a fresh attempt
 /// count. Not while a worker holds a live lease on it.

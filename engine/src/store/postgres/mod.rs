@@ -498,6 +498,8 @@ fn seconds(duration: Duration) -> f64 {
     duration.as_secs_f64()
 }
 
+impl super::unstable::StoreImplementation for PostgresStore {}
+
 #[async_trait::async_trait]
 impl Store for PostgresStore {
     fn backend(&self) -> Backend {

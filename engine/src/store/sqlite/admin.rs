@@ -100,6 +100,20 @@ impl SqliteStore {
                     .await?,
                 found,
             ),
+            Decision::Replan(replan) => changed(
+                sqlx::query(sql::EVENT_REPLAN)
+                    .bind(found.seq)
+                    .bind(&replan.plan_json)
+                    .bind(replan.step_count)
+                    .bind(replan.resource_key.as_deref())
+                    .bind(replan.resource_seq)
+                    .bind(replan.limit_key.as_deref())
+                    .bind(replan.limit_n)
+                    .bind(now)
+                    .fetch_optional(&mut *conn)
+                    .await?,
+                found,
+            ),
             Decision::SettleStep {
                 position,
                 as_state,

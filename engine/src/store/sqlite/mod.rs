@@ -450,6 +450,8 @@ fn after(now: chrono::DateTime<Utc>, duration: Duration) -> chrono::DateTime<Utc
     now + chrono::Duration::from_std(duration).unwrap_or(chrono::Duration::MAX)
 }
 
+impl super::unstable::StoreImplementation for SqliteStore {}
+
 #[async_trait::async_trait]
 impl Store for SqliteStore {
     fn backend(&self) -> Backend {
