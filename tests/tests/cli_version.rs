@@ -88,7 +88,7 @@ async fn migrate_as_a_newer_tickmark(db: &TestDb, version: i64) {
     let inserted = db
         .probe
         .execute(&format!(
-            "INSERT INTO _sqlx_migrations (version, description, success, checksum, execution_time) \
+            "INSERT INTO tickmark_migrations (version, description, success, checksum, execution_time) \
              VALUES ({version}, 'from a newer tickmark', TRUE, {checksum}, 0)"
         ))
         .await;
@@ -107,7 +107,7 @@ async fn refuses_a_database_migrated_by_a_newer_tickmark(db: TestDb) {
 
     let newer = known + 1;
     migrate_as_a_newer_tickmark(&db, newer).await;
-    let recorded = "SELECT count(*) FROM _sqlx_migrations";
+    let recorded = "SELECT count(*) FROM tickmark_migrations";
     let before = db.probe.scalar(recorded).await;
 
     let refused = tickmark(&["--database-url", &db.url, "migrate"]);
@@ -128,7 +128,7 @@ async fn refuses_a_database_migrated_by_a_newer_tickmark(db: TestDb) {
     assert_eq!(error["error"]["kind"], "refused", "{json:?}");
 
     assert_eq!(db.probe.scalar(recorded).await, before, "nothing applied");
-    let still = format!("SELECT count(*) FROM _sqlx_migrations WHERE version = {newer}");
+    let still = format!("SELECT count(*) FROM tickmark_migrations WHERE version = {newer}");
     assert_eq!(db.probe.scalar(&still).await, 1, "the newer record is kept");
 }
 
