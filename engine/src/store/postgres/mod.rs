@@ -166,7 +166,7 @@ impl PostgresStore {
     /// a few for tickmark (docs/deploying.md, "On the application's pool").
     pub async fn from_pool(pool: PgPool) -> Result<Self, StoreError> {
         let db = PoolExecutor::new(pool.clone(), Pooler::None);
-        isolation::check_pool_default(&db).await?;
+        isolation::check_pool_default(&pool).await?;
         migrate::check_current(&db).await?;
         Self::on(pool, db, Listen::Pool, None).await
     }
