@@ -16,8 +16,15 @@ use sqlx::postgres::{PgPool, PgPoolOptions};
 use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqliteSynchronous};
 use tickmark::store::postgres::PostgresStore;
 use tickmark::store::sqlite::SqliteStore;
-use tickmark::{Accepted, Engine, Handler, Handlers, NewEvent, Store, StoreError, WorkerConfig};
-use tickmark_tests::db::EmptySchema;
+use tickmark::store::admin::PruneBatch;
+use tickmark::wait::WaitFor;
+use tickmark::{
+    Accepted, Backend, Engine, Handler, Handlers, NewEvent, StepState, Store, StoreError,
+    WorkerConfig,
+};
+use tickmark_tests::conformance::admin::{age, run_until_idle, three_steps};
+use tickmark_tests::conformance::{self, order_paid, quick_worker};
+use tickmark_tests::db::{EmptySchema, TestDb};
 use tickmark_tests::probe::Probe;
 use tickmark_tests::test_steps::Record;
 
@@ -288,4 +295,132 @@ async fn a_connection_of_the_other_backend_is_refused() {
     let mut tx = pg.begin().await.unwrap();
     let error = engine.accept_in(&mut tx, paid("ord_1")).await.unwrap_err();
     assert!(matches!(error, StoreError::NotInCallerTransaction(_)), "{error}");
+}
+
+/// `event` accepted in a transaction of the application's on `db` (a pool
+/// of its own on the test database's URL), committed.
+async fn accept_in_committed(db: &TestDb, engine: &Engine, event: NewEvent) -> Accepted {
+    if db.url.starts_with("sqlite:") {
+        let pool = SqlitePool::connect(&db.url).await.unwrap();
+        let mut tx = pool.begin_with("BEGIN IMMEDIATE").await.unwrap();
+        let accepted = engine.accept_in(&mut tx, event).await.unwrap();
+        tx.commit().await.unwrap();
+        pool.close().await;
+        accepted
+    } else {
+        let pool = PgPoolOptions::new().connect(&db.url).await.unwrap();
+        let mut tx = pool.begin().await.unwrap();
+        let accepted = engine.accept_in(&mut tx, event).await.unwrap();
+        tx.commit().await.unwrap();
+        pool.close().await;
+        accepted
+    }
+}
+
+/// What an accept covers, an accept in the caller's transaction covers:
+/// a redelivery of a pruned event (its tombstone) and a replay of another
+/// event's signature (its replay key) are duplicates, and a matching event
+/// wakes a waiting one, which then settles as matched.
+async fn accept_in_decides_as_accept_does(db: TestDb) {
+    const DAY: Duration = Duration::from_secs(86_400);
+    let handlers = three_steps().on(
+        "shop",
+        "order.created",
+        Handler::new()
+            .named_step("reserve", Record::default())
+            .wait(
+                "paid",
+                WaitFor::event("shop", "payment.done")
+                    .matching("/id")
+                    .timeout(Duration::from_secs(3600)),
+            )
+            .named_step("fulfill", Record::default()),
+    );
+    let engine = conformance::engine(&db, handlers);
+
+    // Tombstones.
+    order_paid(&engine, "evt_late").await;
+    run_until_idle(&db, three_steps()).await;
+    age(&db, &["evt_late"], 10).await;
+    let pruned = db
+        .store
+        .event_prune(&PruneBatch {
+            older_than: DAY,
+            dedup_window: 30 * DAY,
+            include_dead: false,
+            batch: 100,
+        })
+        .await
+        .unwrap();
+    assert_eq!(pruned, 1);
+    let late = NewEvent::with_id("shop", "evt_late", "order.paid", json!({}));
+    assert_eq!(
+        accept_in_committed(&db, &engine, late).await,
+        Accepted::Duplicate,
+        "the tombstone refuses a redelivery of a pruned event"
+    );
+    assert!(!recorded(&engine, "evt_late").await);
+
+    // Replay keys.
+    let first = NewEvent {
+        replay_key: Some("sig_1".into()),
+        ..NewEvent::with_id("shop", "evt_a", "order.paid", json!({}))
+    };
+    assert!(matches!(engine.accept(first).await.unwrap(), Accepted::New { .. }));
+    let replayed = NewEvent {
+        replay_key: Some("sig_1".into()),
+        ..NewEvent::with_id("shop", "evt_b", "order.paid", json!({}))
+    };
+    assert_eq!(
+        accept_in_committed(&db, &engine, replayed).await,
+        Accepted::Duplicate
+    );
+
+    // Match keys: the waiting order is woken by the payment accepted in
+    // the caller's transaction.
+    let created = NewEvent::with_id("shop", "o-1", "order.created", json!({ "id": 1 }));
+    let Accepted::New { seq: order } = engine.accept(created).await.unwrap() else {
+        panic!("a new order");
+    };
+    engine
+        .worker(quick_worker("w1"))
+        .unwrap()
+        .run_until_idle()
+        .await
+        .unwrap();
+    assert_eq!(
+        db.store.step_status(order).await.unwrap()[1].state,
+        StepState::Waiting
+    );
+    let payment = NewEvent::with_id("shop", "p-1", "payment.done", json!({ "id": 1 }));
+    let accepted = accept_in_committed(&db, &engine, payment).await;
+    assert!(matches!(accepted, Accepted::Ignored { .. }), "{accepted:?}");
+    let woken = db.store.event_get(order).await.unwrap().unwrap();
+    assert!(woken.due_at <= chrono::Utc::now(), "the accept woke the order");
+    engine
+        .worker(quick_worker("w2"))
+        .unwrap()
+        .run_until_idle()
+        .await
+        .unwrap();
+    let output = db.store.step_status(order).await.unwrap()[1]
+        .output
+        .clone()
+        .unwrap();
+    assert_eq!(output["matched"]["event_id"], "p-1");
+    assert_eq!(db.probe.runs("o-1", "fulfill").await, 1);
+}
+
+#[tokio::test]
+async fn postgres_accept_in_decides_as_accept_does() {
+    if let Some(db) = TestDb::new(Backend::Postgres).await {
+        accept_in_decides_as_accept_does(db).await;
+    }
+}
+
+#[tokio::test]
+async fn sqlite_accept_in_decides_as_accept_does() {
+    if let Some(db) = TestDb::new(Backend::Sqlite).await {
+        accept_in_decides_as_accept_does(db).await;
+    }
 }
