@@ -10,7 +10,7 @@ use crate::metrics::Metrics;
 use crate::operator::{replan, AdminError, ReplanIgnored, ReplanReport};
 use crate::resources::Resources;
 use crate::runner::{AloneGate, Worker, WorkerConfig, WorkerConfigError};
-use crate::store::{StepTransaction, Store, StoreError};
+use crate::store::{AppConnection, StepTransaction, Store, StoreError};
 
 /// Accepts events into the inbox and makes workers that run them.
 ///
@@ -50,6 +50,43 @@ impl Engine {
     /// steps run later, in a worker, never inside this call.
     pub async fn accept(&self, event: NewEvent) -> Result<Accepted, StoreError> {
         inbox::accept(self.store.as_ref(), &self.registry, &event).await
+    }
+
+    /// Record an event in the caller's transaction: the inbox row commits
+    /// with the application's own writes, or not at all. The same dedup
+    /// decision as [`accept`](Self::accept) (a redelivery, or an event
+    /// accepted before, is [`Accepted::Duplicate`], a normal answer that
+    /// leaves the transaction usable), one insert on `conn`, neither batched
+    /// nor retried: on an error, roll the transaction back and retry it
+    /// whole (`StoreError::is_transient` says whether that may help).
+    ///
+    /// `conn` is the application's transaction on the engine's database
+    /// (`&mut tx`, a `sqlx::Transaction` on PostgreSQL or SQLite), usually
+    /// on the pool the store was built on
+    /// ([`PostgresStore::from_pool`](crate::store::postgres::PostgresStore::from_pool)):
+    ///
+    /// ```no_run
+    /// # async fn handle(engine: tickmark::Engine, pool: sqlx::PgPool, event: tickmark::NewEvent)
+    /// # -> Result<(), Box<dyn std::error::Error>> {
+    /// let mut tx = pool.begin().await?;
+    /// sqlx::query("INSERT INTO orders (id) VALUES ($1)").bind("ord_1").execute(&mut *tx).await?;
+    /// engine.accept_in(&mut tx, event).await?;
+    /// tx.commit().await?; // the order and the event, together
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// Workers are woken when the transaction commits on PostgreSQL (the
+    /// `NOTIFY` is sent in it); on SQLite they find the event at their next
+    /// poll ([`WorkerConfig::poll_every`]). On PostgreSQL the transaction
+    /// must run at READ COMMITTED (the default). An event of a debounced
+    /// handler is refused ([`StoreError::NotInCallerTransaction`]): accept
+    /// it with [`accept`](Self::accept) after the commit.
+    pub async fn accept_in<'c>(
+        &self,
+        conn: impl Into<AppConnection<'c>>,
+        event: NewEvent,
+    ) -> Result<Accepted, StoreError> {
+        inbox::accept_in(self.store.as_ref(), &self.registry, conn.into(), &event).await
     }
 
     /// A worker that runs this engine's events with `config`. Workers need no

@@ -186,7 +186,7 @@ pub use resources::Resources;
 pub use retry::RetryPolicy;
 pub use runner::{Worker, WorkerConfig, WorkerConfigError, WorkerStats};
 pub use step::{FailureKind, Step, StepError, StepResult, TerminalExt};
-pub use store::{connect, Backend, StepTransaction, Store, StoreError};
+pub use store::{connect, migrate, Backend, StepTransaction, Store, StoreError};
 
 /// The sqlx this crate is built with, for steps that reach the backend's own
 /// connection ([`StepTransaction::postgres`], [`StepTransaction::sqlite`]) with

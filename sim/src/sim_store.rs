@@ -15,7 +15,7 @@ use tickmark::store::admin::{
 };
 use tickmark::store::sqlite::SqliteStore;
 use tickmark::store::{
-    Backend, ClaimParams, ClaimedEvent, EventCounts, EventInsert, EventRecord, InsertOutcome,
+    AppConnection,    Backend, ClaimParams, ClaimedEvent, EventCounts, EventInsert, EventRecord, InsertOutcome,
     Lease, MarkDone, MarkFailed, PlanGroup, RateTake, RateTaken, Release, SequenceCheck,
     StepStatus, StepTransaction, Store, StoreError, WaitSettled, WaitStep, Wakeups,
 };
@@ -255,6 +255,16 @@ impl Store for SimStore {
 
     async fn migrate(&self) -> Result<(), StoreError> {
         self.world.db.block(self.inner.migrate())
+    }
+
+    /// Straight through to the file, with no fault: the simulator's
+    /// processes accept through `event_insert`.
+    async fn event_insert_in(
+        &self,
+        conn: AppConnection<'_>,
+        event: &EventInsert<'_>,
+    ) -> Result<InsertOutcome, StoreError> {
+        self.inner.event_insert_in(conn, event).await
     }
 
     async fn event_insert(&self, event: &EventInsert<'_>) -> Result<InsertOutcome, StoreError> {

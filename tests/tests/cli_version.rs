@@ -1,7 +1,8 @@
 //! The `tickmark` binary as an operator installs it (`cargo install`, default
 //! features): `--version` names the crate version and the schema version it
 //! expects on each backend, and a database migrated by a newer tickmark is
-//! refused, on SQLite and on PostgreSQL, with what to do and nothing changed.
+//! refused, on SQLite and on PostgreSQL, with what to do and nothing changed;
+//! so is one whose recorded migration was edited.
 //!
 //! The expected schema versions are read from the migration files in the
 //! workspace's `migrations/`, not from the code under test.
@@ -88,7 +89,7 @@ async fn migrate_as_a_newer_tickmark(db: &TestDb, version: i64) {
     let inserted = db
         .probe
         .execute(&format!(
-            "INSERT INTO _sqlx_migrations (version, description, success, checksum, execution_time) \
+            "INSERT INTO tickmark_migrations (version, description, success, checksum, execution_time) \
              VALUES ({version}, 'from a newer tickmark', TRUE, {checksum}, 0)"
         ))
         .await;
@@ -107,7 +108,7 @@ async fn refuses_a_database_migrated_by_a_newer_tickmark(db: TestDb) {
 
     let newer = known + 1;
     migrate_as_a_newer_tickmark(&db, newer).await;
-    let recorded = "SELECT count(*) FROM _sqlx_migrations";
+    let recorded = "SELECT count(*) FROM tickmark_migrations";
     let before = db.probe.scalar(recorded).await;
 
     let refused = tickmark(&["--database-url", &db.url, "migrate"]);
@@ -128,7 +129,7 @@ async fn refuses_a_database_migrated_by_a_newer_tickmark(db: TestDb) {
     assert_eq!(error["error"]["kind"], "refused", "{json:?}");
 
     assert_eq!(db.probe.scalar(recorded).await, before, "nothing applied");
-    let still = format!("SELECT count(*) FROM _sqlx_migrations WHERE version = {newer}");
+    let still = format!("SELECT count(*) FROM tickmark_migrations WHERE version = {newer}");
     assert_eq!(db.probe.scalar(&still).await, 1, "the newer record is kept");
 }
 
@@ -146,4 +147,27 @@ async fn postgres_refuses_a_database_migrated_by_a_newer_tickmark() {
         return;
     };
     refuses_a_database_migrated_by_a_newer_tickmark(db).await;
+}
+
+/// A recorded migration whose checksum differs from this binary's (an
+/// edited migration file) is refused with what to do, nothing changed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sqlite_refuses_a_database_whose_recorded_migration_was_edited() {
+    let Some(db) = TestDb::new(Backend::Sqlite).await else {
+        return;
+    };
+    let edited = db
+        .probe
+        .execute("UPDATE tickmark_migrations SET checksum = X'00' WHERE version = 1")
+        .await;
+    assert_eq!(edited, 1);
+    let refused = tickmark(&["--database-url", &db.url, "migrate"]);
+    assert_eq!(refused.code, Some(4), "exit 4, refused: {refused:?}");
+    for needle in [
+        "refused: tickmark schema migration 1",
+        "was edited",
+        "Restore migrations/sqlite/",
+    ] {
+        assert!(refused.stderr.contains(needle), "{needle}: {refused:?}");
+    }
 }

@@ -389,7 +389,7 @@ async fn a_failed_migration_through_a_transaction_pooler_leaves_no_lock_behind()
     assert!(store.executor().pinned());
     assert!(
         direct
-            .scalar("SELECT count(*) FROM _sqlx_migrations WHERE success")
+            .scalar("SELECT count(*) FROM tickmark_migrations WHERE success")
             .await
             >= 1
     );

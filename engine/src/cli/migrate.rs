@@ -12,14 +12,19 @@ use crate::store::{Backend, Store};
 pub(crate) const LONG_ABOUT: &str = "\
 Apply tickmark's schema to the database (tables, indexes, the step-status view).
 
-Idempotent: migrations already applied are skipped. Connecting already migrates — every
-tickmark process (worker, receiver, this command line) does it at start — so this
-command is for creating an empty database ahead of time (a new SQLite file is created)
-or checking that the schema is current, e.g. in a deploy step before new workers start.
+Idempotent: migrations already applied are skipped. tickmark records them in its own table,
+`tickmark_migrations`, never in the `_sqlx_migrations` of the application's own sqlx
+migrations; a database migrated by an earlier tickmark has its rows moved over from there
+(the application's rows stay). Connecting already migrates — every tickmark process that
+opens its own pool (worker, receiver, this command line) does it at start — so this command
+is for creating an empty database ahead of time (a new SQLite file is created), for a
+deploy step before new workers start, or for an application that hands tickmark its own
+pool (`from_pool` does not migrate: run this, or call `tickmark::migrate(&pool)`).
 
 A database migrated by a newer tickmark (it records a migration this binary does not
 know) is refused and left as it is: upgrade this binary (`tickmark --version` shows the
-schema versions it knows).";
+schema versions it knows). So is one whose recorded migration differs from this binary's
+(an edited migration file).";
 
 pub(crate) const AFTER_HELP: &str = "\
 Examples:
@@ -57,7 +62,7 @@ pub(crate) fn version() -> &'static str {
 
 /// The refusal of the database at `url`, which records migration `applied`
 /// that this binary does not know: a newer tickmark migrated it. Nothing was
-/// applied (sqlx checks the recorded migrations before applying any).
+/// applied (the recorded migrations are checked before any is applied).
 pub(crate) fn newer_schema(url: &str, applied: i64) -> Failure {
     // `postgres:` and `postgresql:`, as `open` tells them apart.
     let backend = if url.starts_with("postgres") {

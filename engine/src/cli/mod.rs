@@ -44,7 +44,7 @@ use serde::Serialize;
 use crate::operator::AdminError;
 #[cfg(feature = "postgres")]
 use crate::store::postgres::{PostgresOptions, PostgresStore};
-use crate::store::{Store, StoreError};
+use crate::store::{MigrationError, Store, StoreError};
 
 /// The exit codes, once, for `--help` and [`EXIT_CODES`].
 macro_rules! exit_codes {
@@ -207,8 +207,12 @@ async fn open(url: &str, creates: bool) -> Result<Arc<dyn Store>, Failure> {
         StoreError::UnsupportedUrl(_) | StoreError::BackendNotBuilt(_) => {
             Failure::Usage(error.to_string())
         }
-        StoreError::Migrate(sqlx::migrate::MigrateError::VersionMissing(applied)) => {
-            migrate::newer_schema(url, applied)
+        StoreError::Migration(MigrationError::NewerSchema { recorded, .. }) => {
+            migrate::newer_schema(url, recorded)
+        }
+        // An edited migration: the error says which, and what to do.
+        StoreError::Migration(error @ MigrationError::ChecksumMismatch { .. }) => {
+            Failure::Refused(error.to_string())
         }
         error => Failure::Other(format!(
             "cannot open the database: {error}; check --database-url (or DATABASE_URL)"

@@ -4,7 +4,8 @@
 //! `INSERT … ON CONFLICT DO NOTHING` covers both, so the decision is atomic
 //! on both backends. A duplicate is a normal answer, not an error.
 
-use std::sync::LazyLock;
+pub(crate) mod planned;
+
 use std::time::Duration;
 
 use tracing::Instrument;
@@ -12,23 +13,18 @@ use tracing::Instrument;
 pub use crate::dedup_key::{body_hash, BODY_HASH_PREFIX};
 pub use crate::event::Accepted;
 
+use planned::plan_event;
+
 use crate::context::FollowUps;
-use crate::event::{EventState, NewEvent};
+use crate::event::NewEvent;
 use crate::handler::Registry;
 use crate::outcome::StepError;
-use crate::plan::Plan;
-use crate::retry::RetryPolicy;
 use crate::store::transient::retry_transient;
-use crate::store::{DebounceInsert, EventInsert, InsertOutcome, Store, StoreError};
+use crate::store::{AppConnection, Store, StoreError};
 
 /// How long an accept retries a transient store error before giving up (the
 /// receiver then answers 503 and the provider retries).
 pub const ACCEPT_RETRY_BUDGET: Duration = Duration::from_secs(1);
-
-/// The plan stored with an ignored event (no handler): no steps. Encoded once.
-static IGNORED_PLAN: LazyLock<String> = LazyLock::new(|| {
-    Plan::encode(&RetryPolicy::default(), []).expect("an empty plan of plain fields always encodes")
-});
 
 /// The inbox as a step's [`FollowUps`]: a follow-up event is accepted like
 /// a delivery, unless no handler would run it.
@@ -58,68 +54,47 @@ pub(crate) async fn accept(
     registry: &Registry,
     event: &NewEvent,
 ) -> Result<Accepted, StoreError> {
-    let span = tracing::info_span!(
-        "accept",
-        event_id = %event.dedup_key,
-        source = %event.source,
-        kind = %event.kind
-    );
     async {
-        let handler = registry.find(&event.source, &event.kind);
-        let payload_json = serde_json::to_string(&event.payload)
-            .map_err(|e| StoreError::Corrupt(format!("payload: {e}")))?;
-        let ordering = handler
-            .and_then(|h| h.ordering.as_ref())
-            .map(|ordering| ordering.keys(&event.source, &event.payload))
-            .unwrap_or_default();
-        let limit = handler.and_then(|h| h.concurrency_of(&event.source, &event.payload));
-        let debounce_key = handler.and_then(|h| h.debounce_key_of(&event.source, &event.payload));
-        let debounce = handler
-            .and_then(|h| h.debounce.as_ref())
-            .zip(debounce_key.as_deref())
-            .map(|(debounce, key)| DebounceInsert {
-                key,
-                window: debounce.window,
-                max_wait: debounce.max_wait,
-            });
-        let match_keys = registry.match_keys_of(&event.source, &event.kind, &event.payload);
-        let (plan_json, step_count, state) = match handler {
-            Some(handler) => (
-                handler.plan_json.as_str(),
-                handler.step_count,
-                EventState::Pending,
-            ),
-            None => (IGNORED_PLAN.as_str(), 0, EventState::Ignored),
-        };
-        let insert = EventInsert {
-            source: &event.source,
-            dedup_key: &event.dedup_key,
-            replay_key: event.replay_key.as_deref(),
-            kind: &event.kind,
-            payload_json: &payload_json,
-            plan_json,
-            step_count,
-            state,
-            not_before: event.not_before,
-            resource_key: ordering.resource_key.as_deref(),
-            resource_seq: ordering.resource_seq,
-            limit_key: limit.as_ref().map(|(key, _)| key.as_str()),
-            limit_n: limit.as_ref().map(|(_, n)| *n),
-            debounce,
-            match_keys: &match_keys,
-        };
+        let planned = plan_event(registry, event)?;
+        let insert = planned.insert(event);
         let outcome = retry_transient("accept", ACCEPT_RETRY_BUDGET, || {
             store.event_insert(&insert)
         })
         .await?;
-        let accepted = match (outcome, state) {
-            (InsertOutcome::Duplicate, _) => Accepted::Duplicate,
-            (InsertOutcome::New(seq), EventState::Pending) => Accepted::New { seq },
-            (InsertOutcome::New(seq), _) => Accepted::Ignored { seq },
-        };
+        let accepted = planned.accepted(outcome);
         tracing::debug!(?accepted, "accepted");
         Ok(accepted)
     }
-    .instrument(span)
+    .instrument(accept_span(event))
     .await
+}
+
+/// Accept `event` on the caller's connection, in its transaction: the same
+/// insert and dedup decision as [`accept`], not batched, and not retried
+/// (a transient error aborts the caller's transaction; the caller retries
+/// it whole). Recorded when the caller commits, gone if it rolls back.
+pub(crate) async fn accept_in(
+    store: &dyn Store,
+    registry: &Registry,
+    conn: AppConnection<'_>,
+    event: &NewEvent,
+) -> Result<Accepted, StoreError> {
+    async {
+        let planned = plan_event(registry, event)?;
+        let outcome = store.event_insert_in(conn, &planned.insert(event)).await?;
+        let accepted = planned.accepted(outcome);
+        tracing::debug!(?accepted, "accepted in the caller's transaction");
+        Ok(accepted)
+    }
+    .instrument(accept_span(event))
+    .await
+}
+
+fn accept_span(event: &NewEvent) -> tracing::Span {
+    tracing::info_span!(
+        "accept",
+        event_id = %event.dedup_key,
+        source = %event.source,
+        kind = %event.kind
+    )
 }

@@ -31,9 +31,29 @@ pub enum StoreError {
     /// The database answered with an error that retrying will not fix.
     #[error("database error: {0}")]
     Database(#[source] sqlx::Error),
-    /// Applying the schema failed.
-    #[error("could not apply tickmark's schema: {0}")]
-    Migrate(#[source] sqlx::migrate::MigrateError),
+    /// tickmark's schema could not be applied, or is not the one this build
+    /// needs (newer, edited, or not applied yet): the variant says what to do.
+    #[error(transparent)]
+    Migration(#[from] super::migration::MigrationError),
+    /// A store on the application's own pool (`from_pool`) found a setting
+    /// of the pool's connections that tickmark's statements cannot run
+    /// under; tickmark's own pool sets it on each connection.
+    #[error("the application's pool has `{setting}` = `{found}`, and tickmark needs `{needed}`: {fix}")]
+    UnsuitablePool {
+        /// The setting (a PostgreSQL parameter, a SQLite pragma).
+        setting: &'static str,
+        /// Its value on the pool's connection.
+        found: String,
+        /// What tickmark needs.
+        needed: &'static str,
+        /// How to set it.
+        fix: &'static str,
+    },
+    /// [`Engine::accept_in`](crate::Engine::accept_in) cannot record this
+    /// event in the caller's transaction; says why and what to do instead
+    /// (nothing was written).
+    #[error("cannot accept this event in the caller's transaction: {0}")]
+    NotInCallerTransaction(String),
     /// A stored row that this build cannot read.
     #[error("stored data is unreadable: {0}")]
     Corrupt(String),
@@ -65,18 +85,6 @@ impl From<sqlx::Error> for StoreError {
         } else {
             StoreError::Database(error)
         }
-    }
-}
-
-impl From<sqlx::migrate::MigrateError> for StoreError {
-    fn from(error: sqlx::migrate::MigrateError) -> Self {
-        use sqlx::migrate::MigrateError;
-        if let MigrateError::Execute(inner) | MigrateError::ExecuteMigration(inner, _) = &error {
-            if let Some(explained) = unannounced_pooler(inner) {
-                return StoreError::Database(sqlx::Error::Configuration(explained.into()));
-            }
-        }
-        StoreError::Migrate(error)
     }
 }
 

@@ -6,11 +6,13 @@
 //! The shared conformance suite in `tests/` runs against both backends.
 
 pub mod admin;
+mod app_connection;
 mod clock;
 pub(crate) mod debounce;
 pub(crate) mod decode;
 mod error;
 pub(crate) mod group_commit;
+pub mod migration;
 pub mod portable_query;
 #[cfg(feature = "postgres")]
 #[cfg_attr(docsrs, doc(cfg(feature = "postgres")))]
@@ -29,8 +31,10 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
+pub use app_connection::AppConnection;
 pub use clock::Clock;
 pub use error::StoreError;
+pub use migration::{migrate, MigrationError, MigrationTarget};
 pub use portable_query::{PortableQuery, PortableRow, SqlValue};
 pub use records::{
     AfterFailure, ClaimParams, ClaimedEvent, DebounceInsert, EventCounts, EventInsert, EventRecord,
@@ -95,6 +99,19 @@ pub trait Store: sealed::Sealed + admin::Admin + Send + Sync + fmt::Debug {
     /// Insert an event unless its (source, dedup key), or its (source, replay
     /// key) when it has one, exists: the dedup decision, in one statement.
     async fn event_insert(&self, event: &EventInsert<'_>) -> Result<InsertOutcome, StoreError>;
+
+    /// [`event_insert`](Self::event_insert) on the application's connection,
+    /// in its transaction: the same dedup decision, one insert (not
+    /// batched), committed or rolled back with the caller's transaction.
+    /// PostgreSQL: the workers' wake-up (`NOTIFY`) is sent in it too, and
+    /// delivered at its commit; the transaction must run at READ COMMITTED.
+    /// A debounced event is refused ([`StoreError::NotInCallerTransaction`]),
+    /// as is a connection of the other backend.
+    async fn event_insert_in(
+        &self,
+        conn: AppConnection<'_>,
+        event: &EventInsert<'_>,
+    ) -> Result<InsertOutcome, StoreError>;
 
     /// Lease up to `limit` due events to `worker`, each with a new fencing
     /// token, in one short transaction: pending events, and running ones
@@ -266,16 +283,6 @@ pub fn schema_version(backend: Backend) -> Option<i64> {
         #[allow(unreachable_patterns)] // every backend compiled in is matched above
         _ => None,
     }
-}
-
-/// The number of the newest migration `migrator` applies.
-#[cfg(any(feature = "postgres", feature = "sqlite"))]
-fn newest_migration(migrator: &sqlx::migrate::Migrator) -> i64 {
-    migrator
-        .iter()
-        .map(|migration| migration.version)
-        .max()
-        .unwrap_or(0)
 }
 
 /// Which backend a database URL names, if any.

@@ -49,3 +49,24 @@ pub(super) const SESSION_DEFAULT: &str =
 pub(super) async fn begin(pool: &PgPool) -> Result<Transaction<'static, Postgres>, sqlx::Error> {
     pool.begin_with(BEGIN).await
 }
+
+/// On the application's pool (`PostgresStore::from_pool`), where tickmark
+/// cannot run [`SESSION_DEFAULT`] on connect: refuse a pool whose sessions
+/// default to another level (checked on one of its connections).
+pub(super) async fn check_pool_default(pool: &PgPool) -> Result<(), crate::store::StoreError> {
+    let level: String = sqlx::query_scalar("SELECT current_setting('default_transaction_isolation')")
+        .fetch_one(pool)
+        .await?;
+    if level == "read committed" {
+        return Ok(());
+    }
+    Err(crate::store::StoreError::UnsuitablePool {
+        setting: "default_transaction_isolation",
+        found: level,
+        needed: "read committed",
+        fix: "run `SET SESSION CHARACTERISTICS AS TRANSACTION ISOLATION LEVEL READ COMMITTED` \
+              in the pool's `after_connect` (or remove the role's or database's \
+              `default_transaction_isolation`), or give tickmark a pool of its own \
+              (`PostgresStore::connect`)",
+    })
+}

@@ -4,23 +4,24 @@
 
 mod admin;
 mod admin_sql;
+mod caller_transaction;
 mod debounce;
 mod failover;
 mod hosts;
 mod isolation;
+mod migrate;
 mod pooler;
 mod sql;
 mod wait;
 
-use std::sync::{Arc, LazyLock};
+use std::sync::Arc;
 use std::time::Duration;
 
-use sqlx::migrate::Migrator;
 use sqlx::postgres::{PgListener, PgPool, PgPoolOptions, PgRow};
 use sqlx::Row;
 
 use super::{
-    decode, AfterFailure, Backend, ClaimParams, ClaimedEvent, EventCounts, EventInsert,
+    app_connection, decode, AfterFailure, AppConnection, Backend, ClaimParams, ClaimedEvent, EventCounts, EventInsert,
     EventRecord, InsertOutcome, Lease, MarkDone, MarkFailed, PlanGroup, RateTake, RateTaken,
     Release, SequenceCheck, StepStatus, StepTransaction, Store, StoreError, WaitSettled, WaitStep,
     Wakeups,
@@ -32,21 +33,14 @@ use crate::store::transaction::Inner;
 use hosts::{HostList, SessionAttrs};
 pub use pooler::{PoolExecutor, Pooler};
 
-// `engine/migrations` is a symlink to the workspace's `migrations/`: one copy
-// of the SQL, which `cargo package` follows into the published crate.
-// Without sqlx's own lock: `PostgresStore::migrate` takes one that ends with
-// its transaction.
-static MIGRATOR: LazyLock<Migrator> = LazyLock::new(|| {
-    let mut migrator = sqlx::migrate!("migrations/postgres");
-    migrator.set_locking(false);
-    migrator
-});
+pub(crate) use migrate::run_on_pool as migrate_pool;
 
 /// The newest schema migration this build applies (`migrations/postgres`). A
 /// database that records a newer one was migrated by a newer tickmark, and
-/// connecting to it fails with `MigrateError::VersionMissing`.
+/// connecting to it fails with
+/// [`MigrationError::NewerSchema`](crate::store::migration::MigrationError::NewerSchema).
 pub fn schema_version() -> i64 {
-    super::newest_migration(&MIGRATOR)
+    crate::store::migration::plan::newest(migrate::migrations())
 }
 
 /// Connection settings for [`PostgresStore`].
@@ -134,18 +128,63 @@ impl PostgresStore {
         }
         let (pool, follower) = failover::connect(list, pool_options, pooler).await?;
         let db = PoolExecutor::new(pool.clone(), pooler);
-        let schema: String = sqlx::query_scalar("SELECT current_schema()")
-            .fetch_one(&db)
-            .await?;
         let listen = match (pooler.per_transaction(), listen_url) {
             (false, _) => Listen::Pool,
             (true, Some(url)) => Listen::Direct(url),
             (true, None) => Listen::Nowhere,
         };
+        let store = Self::on(pool, db, listen, follower).await?;
+        store.migrate().await?;
+        Ok(store)
+    }
+
+    /// A store on the application's own pool: no pool of tickmark's, and
+    /// **no migration** — call [`tickmark::migrate(&pool)`](crate::migrate)
+    /// first (beside the application's own `sqlx::migrate!`, in either
+    /// order), or run `tickmark migrate` in a deploy step.
+    ///
+    /// Fails with a [`MigrationError`](crate::store::migration::MigrationError)
+    /// unless the database holds exactly this build's schema (in the pool's
+    /// `current_schema()`): none or an older one
+    /// ([`Unmigrated`](crate::store::migration::MigrationError::Unmigrated)),
+    /// a newer tickmark's
+    /// ([`NewerSchema`](crate::store::migration::MigrationError::NewerSchema)).
+    ///
+    /// What tickmark's own pool sets on each connection, the application's
+    /// pool must have ([`StoreError::UnsuitablePool`] names the setting and
+    /// the fix, checked on one connection): `default_transaction_isolation`
+    /// = `read committed`, PostgreSQL's default (tickmark's transactions say
+    /// READ COMMITTED themselves; its statements alone rely on the default:
+    /// `isolation.rs`). A pool in front of PgBouncer in transaction mode is
+    /// not supported here: use [`connect_with`](Self::connect_with) with
+    /// `pooler=transaction`.
+    ///
+    /// Pool size: the workers' `LISTEN` keeps one connection of the pool
+    /// for as long as they run (`Store::wakeups`), and each worker's claims,
+    /// marks and heartbeats, and each accept, take one for a statement; size
+    /// the pool for the application's own use plus one for the listener and
+    /// a few for tickmark (docs/deploying.md, "On the application's pool").
+    pub async fn from_pool(pool: PgPool) -> Result<Self, StoreError> {
+        let db = PoolExecutor::new(pool.clone(), Pooler::None);
+        isolation::check_pool_default(&pool).await?;
+        migrate::check_current(&db).await?;
+        Self::on(pool, db, Listen::Pool, None).await
+    }
+
+    /// The store on `pool`, statements through `db`, wake-ups on `listen`.
+    async fn on(
+        pool: PgPool,
+        db: PoolExecutor,
+        listen: Listen,
+        follower: Option<failover::Follower>,
+    ) -> Result<Self, StoreError> {
+        let schema: String = sqlx::query_scalar("SELECT current_schema()")
+            .fetch_one(&db)
+            .await?;
         // One channel per schema, so that schemas sharing a database (tests,
         // tenants) do not wake each other's workers.
         let channel = format!("tickmark:{schema}");
-        let store = Self {
+        Ok(Self {
             inserts: Arc::new(GroupCommit::start(
                 INSERT_FLUSHERS,
                 Overlap::SideBySide,
@@ -167,9 +206,7 @@ impl PostgresStore {
             listen,
             channel,
             _follower: follower,
-        };
-        store.migrate().await?;
-        Ok(store)
+        })
     }
 
     /// The pool, for the application's own queries on the same database.
@@ -263,10 +300,6 @@ enum Listen {
     /// workers poll (`WorkerConfig::poll_every`).
     Nowhere,
 }
-
-/// Migrations take turns, each process's until its commit or rollback.
-const MIGRATE_LOCK: &str =
-    "SELECT pg_advisory_xact_lock(hashtextextended('tickmark.migrate:' || current_schema(), 0))";
 
 /// Concurrent accepts share a commit (and one NOTIFY).
 const INSERT_FLUSHERS: usize = 2;
@@ -507,24 +540,8 @@ impl Store for PostgresStore {
     }
 
     async fn migrate(&self) -> Result<(), StoreError> {
-        // Every pending migration in one transaction (each a savepoint in
-        // it), which holds one server connection through a transaction
-        // pooler, and which no other process sees half done: a worker of
-        // the previous release, claiming during a rolling upgrade, sees the
-        // schema before the upgrade or after it.
-        //
-        // The lock is the transaction's own, so that it ends with it, and a
-        // second process waits for this one's commit before it reads which
-        // migrations are applied. Not sqlx's session lock
-        // (`pg_advisory_lock`, off in `MIGRATOR`): a failed migration
-        // returns before sqlx unlocks, a rollback keeps a session lock, and
-        // a pooler keeps the server connection after its client has gone,
-        // so through a transaction pooler the next start waited for ever.
-        let mut tx = self.db.begin().await?;
-        sqlx::query(MIGRATE_LOCK).execute(&mut *tx).await?;
-        MIGRATOR.run_direct(&mut *tx).await?;
-        tx.commit().await?;
-        Ok(())
+        // In one transaction under a lock of its own (`migrate.rs`).
+        migrate::run(&self.db).await
     }
 
     async fn event_insert(&self, event: &EventInsert<'_>) -> Result<InsertOutcome, StoreError> {
@@ -532,6 +549,22 @@ impl Store for PostgresStore {
             Some(debounce) => self.insert_debounced(event, debounce).await,
             None if !event.match_keys.is_empty() => self.insert_matchable(event).await,
             None => self.inserts.try_submit(event.to_owned_insert()).await?,
+        }
+    }
+
+    async fn event_insert_in(
+        &self,
+        conn: AppConnection<'_>,
+        event: &EventInsert<'_>,
+    ) -> Result<InsertOutcome, StoreError> {
+        match conn.inner {
+            app_connection::Inner::Postgres(conn) => self.insert_in(conn, event).await,
+            #[allow(unreachable_patterns)] // without the sqlite feature
+            _ => Err(StoreError::NotInCallerTransaction(
+                "a SQLite connection was handed to the PostgreSQL store: pass a transaction \
+                 on the PostgreSQL database the store uses"
+                    .into(),
+            )),
         }
     }
 

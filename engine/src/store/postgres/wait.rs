@@ -151,6 +151,20 @@ impl PostgresStore {
         event: &EventInsert<'_>,
     ) -> Result<InsertOutcome, StoreError> {
         let mut tx = self.db.begin().await?;
+        let outcome = self.insert_one_on(&mut tx, event).await?;
+        tx.commit().await?;
+        Ok(outcome)
+    }
+
+    /// Insert one event on `tx`, in its transaction (the caller commits):
+    /// undone if a tombstone refuses it, recorded under its match keys
+    /// (waiters woken), and the workers notified (at the commit). Any
+    /// event but a debounced one.
+    pub(super) async fn insert_one_on(
+        &self,
+        tx: &mut sqlx::PgConnection,
+        event: &EventInsert<'_>,
+    ) -> Result<InsertOutcome, StoreError> {
         let inserted: Option<i64> = sqlx::query_scalar(MATCHABLE_INSERT)
             .bind(event.source)
             .bind(event.dedup_key)
@@ -170,22 +184,19 @@ impl PostgresStore {
         let Some(seq) = inserted else {
             return Ok(InsertOutcome::Duplicate);
         };
-        if !super::undo_tombstoned(&mut tx, [seq].into_iter())
+        if !super::undo_tombstoned(tx, [seq].into_iter())
             .await?
             .is_empty()
         {
             return Ok(InsertOutcome::Duplicate);
         }
-        let woken = self
-            .record_match_keys(&mut tx, seq, event.match_keys)
-            .await?;
+        let woken = self.record_match_keys(tx, seq, event.match_keys).await?;
         if woken || event.state == crate::EventState::Pending {
             sqlx::query(admin_sql::NOTIFY)
                 .bind(&self.channel)
                 .execute(&mut *tx)
                 .await?;
         }
-        tx.commit().await?;
         Ok(InsertOutcome::New(seq))
     }
 

@@ -11,7 +11,10 @@
 
 mod admin;
 mod admin_sql;
+mod caller_transaction;
 mod debounce;
+mod migrate;
+mod pragmas;
 mod sql;
 mod time;
 mod wait;
@@ -22,7 +25,6 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
-use sqlx::migrate::{MigrateError, Migrator};
 use sqlx::sqlite::{
     SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions, SqliteRow,
     SqliteSynchronous,
@@ -31,7 +33,7 @@ use sqlx::{Row, Sqlite, SqliteConnection, Transaction};
 use tokio::sync::{watch, Mutex, OwnedMutexGuard};
 
 use super::{
-    decode, AfterFailure, Backend, ClaimParams, ClaimedEvent, Clock, EventCounts, EventInsert,
+    app_connection, decode, AfterFailure, AppConnection, Backend, ClaimParams, ClaimedEvent, Clock, EventCounts, EventInsert,
     EventRecord, InsertOutcome, Lease, MarkDone, MarkFailed, PlanGroup, RateTake, RateTaken,
     Release, SequenceCheck, StepStatus, StepTransaction, Store, StoreError, WaitSettled, WaitStep,
     Wakeups,
@@ -43,15 +45,14 @@ use crate::store::tombstone::{key_hash, KeyKind};
 use crate::store::transaction::Inner;
 use time::{format_time, parse_time, parse_time_opt};
 
-// `engine/migrations` is a symlink to the workspace's `migrations/`: one copy
-// of the SQL, which `cargo package` follows into the published crate.
-static MIGRATOR: Migrator = sqlx::migrate!("migrations/sqlite");
+pub(crate) use migrate::run as migrate_pool;
 
 /// The newest schema migration this build applies (`migrations/sqlite`). A
 /// database that records a newer one was migrated by a newer tickmark, and
-/// connecting to it fails with `MigrateError::VersionMissing`.
+/// opening it fails with
+/// [`MigrationError::NewerSchema`](crate::store::migration::MigrationError::NewerSchema).
 pub fn schema_version() -> i64 {
-    super::newest_migration(&MIGRATOR)
+    crate::store::migration::plan::newest(migrate::migrations())
 }
 
 /// Connection settings for [`SqliteStore`].
@@ -104,29 +105,72 @@ impl SqliteStore {
             .max_connections(options.max_connections)
             .connect_with(connect)
             .await?;
+        let store = Self::on(pool, options.clock);
+        store.migrate().await?;
+        Ok(store)
+    }
+
+    /// A store on the application's own pool: no pool of tickmark's, and
+    /// **no migration** — call [`tickmark::migrate(&pool)`](crate::migrate)
+    /// first (beside the application's own `sqlx::migrate!`, in either
+    /// order), or run `tickmark migrate` in a deploy step.
+    ///
+    /// Fails with a [`MigrationError`](crate::store::migration::MigrationError)
+    /// unless the file holds exactly this build's schema, and with
+    /// [`StoreError::UnsuitablePool`] unless the pool's connections have
+    /// what tickmark's own pool sets (checked on one connection; the
+    /// pool's `SqliteConnectOptions` apply to all): `journal_mode = wal`,
+    /// `synchronous = full` (or `extra`: an accepted event is on disk
+    /// before the receiver answers), `foreign_keys = on` (pruning an event
+    /// removes its steps) and a `busy_timeout` (sqlx's default, 5 s, will
+    /// do):
+    ///
+    /// ```no_run
+    /// # async fn start() -> Result<(), Box<dyn std::error::Error>> {
+    /// use std::str::FromStr;
+    /// use tickmark::sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqliteSynchronous};
+    ///
+    /// let options = SqliteConnectOptions::from_str("sqlite://app.db")?
+    ///     .create_if_missing(true)
+    ///     .journal_mode(SqliteJournalMode::Wal)
+    ///     .synchronous(SqliteSynchronous::Full);
+    /// let pool = SqlitePool::connect_with(options).await?;
+    /// tickmark::migrate(&pool).await?;
+    /// let store = tickmark::store::sqlite::SqliteStore::from_pool(pool).await?;
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// The application's writes do not take the store's in-process write
+    /// turn; they and tickmark's wait for each other on `busy_timeout`.
+    pub async fn from_pool(pool: SqlitePool) -> Result<Self, StoreError> {
+        pragmas::check(&pool).await?;
+        migrate::check_current(&pool).await?;
+        Ok(Self::on(pool, Clock::system()))
+    }
+
+    /// The store on `pool`, reading the time from `clock`.
+    fn on(pool: SqlitePool, clock: Clock) -> Self {
         let write_turn = Arc::new(Mutex::new(()));
-        let store = Self {
+        Self {
             inserts: Arc::new(GroupCommit::start(
                 1,
                 Overlap::SideBySide,
                 MAX_INSERT_BATCH,
                 INSERT_QUEUE,
-                insert_many(pool.clone(), Arc::clone(&write_turn), options.clock.clone()),
+                insert_many(pool.clone(), Arc::clone(&write_turn), clock.clone()),
             )),
             marks: Arc::new(GroupCommit::start(
                 1,
                 Overlap::SideBySide,
                 MAX_MARK_BATCH,
                 MARK_QUEUE,
-                mark_many(pool.clone(), Arc::clone(&write_turn), options.clock.clone()),
+                mark_many(pool.clone(), Arc::clone(&write_turn), clock.clone()),
             )),
             pool,
             write_turn,
             accepted: watch::Sender::new(0),
-            clock: options.clock,
-        };
-        store.migrate().await?;
-        Ok(store)
+            clock,
+        }
     }
 
     /// The pool, for the application's own queries on the same file.
@@ -288,42 +332,7 @@ fn insert_many(
                 let mut tx = pool.begin_with("BEGIN IMMEDIATE").await?;
                 let mut outcomes = Vec::with_capacity(events.len());
                 for event in &events {
-                    let keys = (
-                        event.source.as_str(),
-                        event.dedup_key.as_str(),
-                        event.replay_key.as_deref(),
-                    );
-                    if tombstoned(&mut tx, keys).await? {
-                        outcomes.push(InsertOutcome::Duplicate);
-                        continue;
-                    }
-                    let inserted: Option<i64> = sqlx::query_scalar(sql::EVENT_INSERT)
-                        .bind(&event.source)
-                        .bind(&event.dedup_key)
-                        .bind(&event.kind)
-                        .bind(&event.payload_json)
-                        .bind(&event.plan_json)
-                        .bind(event.state.as_str())
-                        .bind(event.step_count)
-                        .bind(format_time(event.not_before.unwrap_or(now)))
-                        .bind(format_time(now))
-                        .bind(event.resource_key.as_deref())
-                        .bind(event.resource_seq)
-                        .bind(event.replay_key.as_deref())
-                        .bind(event.limit_key.as_deref())
-                        .bind(event.limit_n)
-                        .fetch_optional(&mut *tx)
-                        .await?;
-                    if let (Some(seq), false) = (inserted, event.match_keys.is_empty()) {
-                        // Recorded under its match keys, waiters woken, in
-                        // the batch's transaction (the write lock serialises
-                        // it with every wait being decided).
-                        wait::record_match_keys(&mut tx, seq, &event.match_keys, now).await?;
-                    }
-                    outcomes.push(match inserted {
-                        Some(seq) => InsertOutcome::New(seq),
-                        None => InsertOutcome::Duplicate,
-                    });
+                    outcomes.push(insert_one(&mut tx, event, now).await?);
                 }
                 tx.commit().await?;
                 Ok::<_, StoreError>(outcomes)
@@ -334,6 +343,51 @@ fn insert_many(
                 Err(error) => events.iter().map(|_| Err(copy_error(&error))).collect(),
             }
         })
+    })
+}
+
+/// Insert one event on `conn` at `now`, in its write transaction (the
+/// caller commits): refused as a duplicate if a tombstone has its keys,
+/// recorded under its match keys (waiters woken) when new.
+async fn insert_one(
+    conn: &mut SqliteConnection,
+    event: &OwnedEventInsert,
+    now: DateTime<Utc>,
+) -> Result<InsertOutcome, StoreError> {
+    let keys = (
+        event.source.as_str(),
+        event.dedup_key.as_str(),
+        event.replay_key.as_deref(),
+    );
+    if tombstoned(&mut *conn, keys).await? {
+        return Ok(InsertOutcome::Duplicate);
+    }
+    let inserted: Option<i64> = sqlx::query_scalar(sql::EVENT_INSERT)
+        .bind(&event.source)
+        .bind(&event.dedup_key)
+        .bind(&event.kind)
+        .bind(&event.payload_json)
+        .bind(&event.plan_json)
+        .bind(event.state.as_str())
+        .bind(event.step_count)
+        .bind(format_time(event.not_before.unwrap_or(now)))
+        .bind(format_time(now))
+        .bind(event.resource_key.as_deref())
+        .bind(event.resource_seq)
+        .bind(event.replay_key.as_deref())
+        .bind(event.limit_key.as_deref())
+        .bind(event.limit_n)
+        .fetch_optional(&mut *conn)
+        .await?;
+    if let (Some(seq), false) = (inserted, event.match_keys.is_empty()) {
+        // Recorded under its match keys, waiters woken, in the insert's
+        // transaction (the write lock serialises it with every wait being
+        // decided).
+        wait::record_match_keys(&mut *conn, seq, &event.match_keys, now).await?;
+    }
+    Ok(match inserted {
+        Some(seq) => InsertOutcome::New(seq),
+        None => InsertOutcome::Duplicate,
     })
 }
 
@@ -459,22 +513,9 @@ impl Store for SqliteStore {
     }
 
     async fn migrate(&self) -> Result<(), StoreError> {
-        // Several processes may open a new file at once; SQLite's migrator takes
-        // no lock, so a loser of that race finds the tables made and tries again.
-        let mut tries = 0;
-        loop {
-            match MIGRATOR.run(&self.pool).await {
-                Ok(()) => return Ok(()),
-                // A newer tickmark's schema is no race: retrying cannot help.
-                Err(error @ MigrateError::VersionMissing(_)) => return Err(error.into()),
-                Err(error) if tries < 3 => {
-                    tries += 1;
-                    tracing::debug!(%error, "schema migration raced another process; retrying");
-                    tokio::time::sleep(Duration::from_millis(100 * tries)).await;
-                }
-                Err(error) => return Err(error.into()),
-            }
-        }
+        // Several processes may open a new file at once: they take turns
+        // on the write lock (`migrate.rs`).
+        migrate::run(&self.pool).await
     }
 
     async fn event_insert(&self, event: &EventInsert<'_>) -> Result<InsertOutcome, StoreError> {
@@ -488,6 +529,22 @@ impl Store for SqliteStore {
             self.wake_workers();
         }
         Ok(outcome)
+    }
+
+    async fn event_insert_in(
+        &self,
+        conn: AppConnection<'_>,
+        event: &EventInsert<'_>,
+    ) -> Result<InsertOutcome, StoreError> {
+        match conn.inner {
+            app_connection::Inner::Sqlite(conn) => self.insert_in(conn, event).await,
+            #[allow(unreachable_patterns)] // without the postgres feature
+            _ => Err(StoreError::NotInCallerTransaction(
+                "a PostgreSQL connection was handed to the SQLite store: pass a transaction \
+                 on the SQLite file the store uses"
+                    .into(),
+            )),
+        }
     }
 
     async fn event_claim_many(
