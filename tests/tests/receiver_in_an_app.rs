@@ -28,13 +28,16 @@ const APP_NOT_FOUND: &str = "the app has no such page";
 const APP_WRONG_METHOD: &str = "the app takes GET here";
 
 /// An application with a route of its own, its own fallback and its own
-/// 405, with the receiver's `webhooks` router added by `add`.
+/// 405, all set before `add` merges or nests the receiver's router into it,
+/// as an existing application's router is.
 fn app(add: impl FnOnce(Router) -> Router) -> Router {
-    add(Router::new().route("/", get(|| async { "the app's home" })))
+    let existing = Router::new()
+        .route("/", get(|| async { "the app's home" }))
         .fallback(|| async { (StatusCode::NOT_FOUND, APP_NOT_FOUND) })
         .method_not_allowed_fallback(|| async {
             (StatusCode::METHOD_NOT_ALLOWED, APP_WRONG_METHOD)
-        })
+        });
+    add(existing)
 }
 
 /// The application and its database, served on a loopback socket.
