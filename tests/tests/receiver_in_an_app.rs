@@ -272,8 +272,7 @@ async fn every_configuration_error_is_returned_with_what_to_do() {
     let engine = engine(&db, record_everything());
     let error_of = |template: &str, names: &[&str]| {
         webhooks(engine.clone(), template, names)
-            .err()
-            .expect("refused")
+            .expect_err("refused")
             .downcast::<ReceiverConfigError>()
             .map(|error| *error)
             .expect("a receiver configuration error")
