@@ -699,6 +699,51 @@ impl Registry {
         kinds
     }
 
+    /// The kinds of `source` a handler takes: every kind, when a handler on
+    /// (`source`, `*`) or (`*`, `*`) reaches it; otherwise the kinds of the
+    /// handlers on (`source`, kind) and (`*`, kind), sorted (none: every
+    /// event of the source is recorded as ignored).
+    #[cfg(feature = "receiver")]
+    pub fn kinds_handled(&self, source: &str) -> KindsHandled<'_> {
+        let on = |s: &str| self.by_source.get(s);
+        if [source, ANY]
+            .iter()
+            .any(|s| on(s).is_some_and(|kinds| kinds.contains_key(ANY)))
+        {
+            return KindsHandled::Every;
+        }
+        let mut kinds: Vec<&str> = [source, ANY]
+            .iter()
+            .filter_map(|s| on(s))
+            .flat_map(|kinds| kinds.keys().map(String::as_str))
+            .collect();
+        kinds.sort_unstable();
+        kinds.dedup();
+        KindsHandled::Only(kinds)
+    }
+
+    /// Whether some handler's wait reads events of `source` (an event no
+    /// handler takes is still recorded, and can end such a wait).
+    #[cfg(feature = "receiver")]
+    pub fn is_waited_on(&self, source: &str) -> bool {
+        self.waited_on.keys().any(|(s, _)| s == source)
+    }
+
+    /// The sources handlers and waits name (never `*`), sorted.
+    #[cfg(feature = "receiver")]
+    pub fn named_sources(&self) -> Vec<&str> {
+        let mut sources: Vec<&str> = self
+            .by_source
+            .keys()
+            .map(String::as_str)
+            .chain(self.waited_on.keys().map(|(source, _)| source.as_str()))
+            .filter(|source| *source != ANY)
+            .collect();
+        sources.sort_unstable();
+        sources.dedup();
+        sources
+    }
+
     pub fn find(&self, source: &str, kind: &str) -> Option<&CompiledHandler> {
         let get = |s: &str, k: &str| self.by_source.get(s).and_then(|kinds| kinds.get(k));
         get(source, kind)
@@ -706,6 +751,16 @@ impl Registry {
             .or_else(|| get(ANY, kind))
             .or_else(|| get(ANY, ANY))
     }
+}
+
+/// Which kinds of a source the handlers take ([`Registry::kinds_handled`]).
+#[cfg(feature = "receiver")]
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum KindsHandled<'a> {
+    /// A `*` handler takes every kind of the source.
+    Every,
+    /// Only these kinds (sorted; empty when no handler takes the source).
+    Only(Vec<&'a str>),
 }
 
 #[cfg(test)]
@@ -809,6 +864,48 @@ mod tests {
             registry.named_kinds("other"),
             ["order.created", "refund.created"]
         );
+    }
+
+    /// What the receiver says at start-up about each source: the kinds a
+    /// handler takes (every kind through `*`), whether a wait reads it, and
+    /// which sources the handlers name.
+    #[cfg(feature = "receiver")]
+    #[test]
+    fn kinds_handled_and_named_sources_follow_the_handlers_and_waits() {
+        let registry = Handlers::new()
+            .on(
+                "shop",
+                "order.created",
+                Handler::new()
+                    .wait("paid", paid_within(std::time::Duration::from_secs(60)))
+                    .named_step("fulfill", Tick)
+                    .if_matched("paid"),
+            )
+            .on(ANY, "refund.created", Handler::new().named_step("r", Tick))
+            .on("github", ANY, Handler::new().named_step("g", Tick))
+            .compile()
+            .unwrap();
+        assert_eq!(
+            registry.kinds_handled("shop"),
+            KindsHandled::Only(vec!["order.created", "refund.created"])
+        );
+        assert_eq!(registry.kinds_handled("github"), KindsHandled::Every);
+        assert_eq!(
+            registry.kinds_handled("stripe"),
+            KindsHandled::Only(vec!["refund.created"])
+        );
+        assert!(registry.is_waited_on("shop"));
+        assert!(!registry.is_waited_on("github"));
+        assert_eq!(registry.named_sources(), ["github", "shop"]);
+
+        let everything = Handlers::new()
+            .on(ANY, ANY, Handler::new().named_step("all", Tick))
+            .compile()
+            .unwrap();
+        assert_eq!(everything.kinds_handled("stripe"), KindsHandled::Every);
+        assert!(everything.named_sources().is_empty());
+        let nothing = Registry::default();
+        assert_eq!(nothing.kinds_handled("stripe"), KindsHandled::Only(vec![]));
     }
 
     #[test]

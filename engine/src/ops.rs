@@ -21,7 +21,7 @@
 //! # let dir = tempfile::tempdir()?;
 //! # let url = format!("sqlite://{}", dir.path().join("ops.db").display());
 //! let engine = Engine::new(tickmark::connect(&url).await?, Handlers::new())?;
-//! let webhooks = Receiver::new(engine.clone()).router(); // the public address
+//! let webhooks = Receiver::new(engine.clone()).standalone_router(); // the public address
 //! let ops = tickmark::ops::router(engine, None); // a private one: just /metrics, open
 //! # let _ = (webhooks, ops);
 //! # Ok(())

@@ -1,6 +1,8 @@
 //! What `payments` says before it serves: `--help` lists the receiver's
 //! limit flags, and start-up warns (naming the source, never the secret)
-//! about a short signing secret and a Twilio source without `--public-url`.
+//! about a short signing secret and a Twilio source without `--public-url`,
+//! lists the kinds each mounted source has handlers for, and notes a source
+//! the handlers name that is not mounted.
 
 use std::process::Stdio;
 use std::time::Duration;
@@ -59,11 +61,12 @@ async fn start_up_warns_about_short_secrets_and_twilio_without_a_public_url() {
     })
     .await
     .expect("payments starts within a minute");
-    // The warnings come as the receiver starts serving, just after that line.
+    // The warnings come as the receiver starts serving, just after that
+    // line; the note about unmounted sources comes last.
     let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
     while !std::fs::read_to_string(&log)
         .unwrap_or_default()
-        .contains("no public URL")
+        .contains("does not mount")
         && tokio::time::Instant::now() < deadline
     {
         tokio::time::sleep(Duration::from_millis(50)).await;
@@ -91,5 +94,21 @@ async fn start_up_warns_about_short_secrets_and_twilio_without_a_public_url() {
             .lines()
             .any(|line| line.contains("WARN") && line.contains("source `github`")),
         "a long secret draws no warning:\n{text}"
+    );
+    // Each mounted source with the kinds a handler takes (`*` here).
+    assert!(
+        text.lines()
+            .any(|line| line.contains("webhook source mounted")
+                && line.contains("github")
+                && line.contains("every kind")),
+        "github's handled kinds in:\n{text}"
+    );
+    // Stripe's handler is registered, but its secret is unset: a note, not
+    // a warning (another process may receive it).
+    assert!(
+        text.lines().any(|line| line.contains("INFO")
+            && line.contains("source `stripe`")
+            && line.contains("does not mount")),
+        "a note that stripe has handlers but is not mounted, in:\n{text}"
     );
 }

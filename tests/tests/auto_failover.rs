@@ -87,6 +87,7 @@ async fn pg_auto_failover_promotes_the_standby_and_the_receiver_follows_it_witho
         .with_resource(probe.clone());
     let router = Receiver::new(engine.clone())
         .source("stripe", Kind::Stripe.provider())
+        .expect("a valid source")
         .router();
     let stripe = |id: &str| Kind::Stripe.delivery(Kind::Stripe.secret(), id, now());
 

@@ -969,6 +969,7 @@ pub async fn metrics_are_valid_prometheus_text_and_move_with_work(db: TestDb) {
     let engine = engine(&db, handlers);
     let receiver = Receiver::new(engine.clone())
         .source("stripe", Stripe::new([STRIPE_SECRET]).unwrap())
+        .expect("a valid source")
         .router();
     let ops = tickmark::ops::router(engine.clone(), None);
 

@@ -122,6 +122,7 @@ async fn after_the_primary_dies_the_receiver_answers_503_then_accepts_on_the_pro
         .with_resource(probe.clone());
     let router = Receiver::new(engine.clone())
         .source("stripe", Kind::Stripe.provider())
+        .expect("a valid source")
         .router();
     let stripe = |id: &str| Kind::Stripe.delivery(Kind::Stripe.secret(), id, now());
 

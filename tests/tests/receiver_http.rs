@@ -143,7 +143,9 @@ async fn an_oversized_body_is_413_with_or_without_content_length(
 /// The default limit is 1 MiB.
 async fn the_default_limit_is_one_mebibyte(backend: Backend, transport: Transport) {
     let Some(h) = Harness::new(backend, transport, record_everything(), |receiver| {
-        receiver.source("stripe", Kind::Stripe.provider())
+        receiver
+            .source("stripe", Kind::Stripe.provider())
+            .expect("a valid source")
     })
     .await
     else {
@@ -333,7 +335,11 @@ async fn without_a_provider_id_the_body_hash_is_the_key(backend: Backend, transp
 /// receiver assumes `http://` + Host; behind a proxy the base must be set.
 async fn twilio_needs_the_public_url_behind_a_proxy(backend: Backend, transport: Transport) {
     let params = [("MessageSid", "SM2"), ("Body", "hi"), ("From", "+1555")];
-    let mount = |receiver: Receiver| receiver.source("twilio", Kind::Twilio.provider());
+    let mount = |receiver: Receiver| {
+        receiver
+            .source("twilio", Kind::Twilio.provider())
+            .expect("a valid source")
+    };
     let Some(h) = Harness::new(backend, transport, record_everything(), mount).await else {
         return;
     };

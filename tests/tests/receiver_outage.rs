@@ -45,6 +45,7 @@ async fn a_stopped_database_is_503_then_the_providers_retry_is_accepted_and_runs
         .with_resource(probe.clone());
     let router = Receiver::new(engine.clone())
         .source("stripe", Kind::Stripe.provider())
+        .expect("a valid source")
         .router();
     let server = LoopbackServer::start(router.clone()).await;
     let client = HttpClient::new();

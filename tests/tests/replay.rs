@@ -40,7 +40,9 @@ fn with_generic_header_id(receiver: Receiver) -> Receiver {
     config.prefix = Some("sha256=".into());
     config.id = Some(FieldSource::Header("X-Event-Id".into()));
     config.kind = Some(FieldSource::Header("X-Event-Type".into()));
-    all_sources(receiver).source(GENERIC_HEADER_ID, GenericHmac::new(config).unwrap())
+    all_sources(receiver)
+        .source(GENERIC_HEADER_ID, GenericHmac::new(config).unwrap())
+        .expect("a valid source")
 }
 
 /// Every source, the generic one with its id in a header among them, on a

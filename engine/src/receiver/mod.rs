@@ -4,10 +4,18 @@
 //!
 //! | route | answer |
 //! |---|---|
-//! | `POST /hooks/{source}` | 200 `{"status":"new"…}`, `"duplicate"` or `"ignored"` (no handler for the kind: recorded, nothing runs); a handshake's own JSON (Slack `url_verification`, nothing recorded) |
-//! | | 401 missing or wrong signature, timestamp out of tolerance; 400 malformed body, missing id or kind; 413 over the body limit; 408 body not sent within the body-read timeout; 404 unknown source |
+//! | `POST /hooks/{source}` (the [path template](Receiver::path)) | 200 `{"status":"new"…}`, `"duplicate"` or `"ignored"` (no handler for the kind: recorded, nothing runs); a handshake's own JSON (Slack `url_verification`, nothing recorded) |
+//! | | 401 missing or wrong signature, timestamp out of tolerance; 400 malformed body, missing id or kind; 413 over the body limit; 408 body not sent within the body-read timeout; 404 unknown source; 405 another method |
 //! | | 503 with `Retry-After` when the store is unavailable, or too many deliveries are in flight or queued (`overloaded`); 500 on other store errors |
-//! | `GET /healthz` | 200 `{"status":"ok"}` |
+//! | `GET /healthz` ([standalone](Receiver::standalone_router) only) | 200 `{"status":"ok"}` |
+//! | any other path or method ([standalone](Receiver::standalone_router) only) | 404 `not_found`, 405 `method_not_allowed` |
+//!
+//! [`Receiver::router`] is the plain router an application merges or nests
+//! into its own: the delivery route alone, no `/healthz`, no router-wide
+//! fallback, so the application's own fallback answers the paths it does
+//! not know. [`Receiver::standalone_router`] adds `/healthz` and JSON
+//! answers for every other path, for a receiver served alone;
+//! [`Receiver::serve`] serves that one.
 //!
 //! Every answer has a JSON body that says why ([`response`]); nothing is
 //! written for a refused request. The declared length and the signature
@@ -18,7 +26,12 @@
 //! the source and, once verified, the event id (dedup key) and kind; payloads
 //! and secrets are never logged.
 //!
+//! The router is an [`axum`] 0.8 [`Router`]; this module re-exports the axum
+//! it is built with (`tickmark::receiver::axum`), so an application that
+//! uses it builds its own routes on the same version.
+//!
 //! ```
+//! use tickmark::receiver::axum::{self, routing::get, Router};
 //! use tickmark::receiver::providers::Stripe;
 //! use tickmark::{Engine, Handlers, Receiver};
 //! use tower::ServiceExt as _;
@@ -29,19 +42,24 @@
 //! # let dir = tempfile::tempdir()?;
 //! # let url = format!("sqlite://{}", dir.path().join("receiver.db").display());
 //! let engine = Engine::new(tickmark::connect(&url).await?, Handlers::new())?;
-//! let router = Receiver::new(engine)
-//!     .source("stripe", Stripe::new(["whsec_test"])?)
-//!     .router();
-//! // axum::serve(listener, router).await? — or, in-process:
+//! let receiver = Receiver::new(engine)
+//!     .path("/webhooks/{source}")? // the default is /hooks/{source}
+//!     .source("stripe", Stripe::new(["whsec_test"])?)?;
+//! // The application's own routes and fallback, and the receiver's route:
+//! let app = Router::new()
+//!     .route("/", get(|| async { "my app" }))
+//!     .merge(receiver.router())
+//!     .fallback(|| async { (axum::http::StatusCode::NOT_FOUND, "no such page") });
+//! // axum::serve(listener, app).await? — or, in-process:
 //! let body = r#"{"id":"evt_1","type":"invoice.paid"}"#;
 //! # let t = chrono::Utc::now().timestamp();
 //! # let mut mac = hmac::Hmac::<sha2::Sha256>::new_from_slice(b"whsec_test")?;
 //! # mac.update(format!("{t}.{body}").as_bytes());
 //! # let signature = format!("t={t},v1={}", hex::encode(mac.finalize().into_bytes()));
-//! let request = axum::http::Request::post("/hooks/stripe")
+//! let request = axum::http::Request::post("/webhooks/stripe")
 //!     .header("stripe-signature", signature)
 //!     .body(axum::body::Body::from(body))?;
-//! let response = router.oneshot(request).await?;
+//! let response = app.oneshot(request).await?;
 //! assert_eq!(response.status(), 200); // {"status":"ignored",…}: no handler for the kind
 //! # Ok(())
 //! # }
@@ -61,6 +79,8 @@
 )]
 
 mod body_limit;
+mod config_error;
+mod path_template;
 pub mod providers;
 mod public_url;
 mod receive;
@@ -74,6 +94,11 @@ use std::fmt;
 use std::future::Future;
 use std::sync::Arc;
 
+/// The axum this crate is built with (0.8): build the application's routes
+/// with it, so that [`Receiver::router`] merges or nests into them without a
+/// second axum in the build.
+pub use axum;
+
 use axum::Router;
 
 /// The limits live with the accept loop every listener shares
@@ -84,6 +109,8 @@ pub use crate::serve::{
     OVERLOAD_RETRY_AFTER,
 };
 pub use body_limit::DEFAULT_BODY_LIMIT;
+pub use config_error::ReceiverConfigError;
+pub use path_template::DEFAULT_PATH;
 pub use providers::Provider;
 pub use public_url::{PublicBaseUrl, PublicUrlError};
 pub use response::{Answer, DedupMatch, ReceiverRejection};
@@ -94,13 +121,18 @@ use crate::engine::Engine;
 /// Longest source name accepted by [`Receiver::source`].
 pub const MAX_SOURCE_NAME_LEN: usize = 64;
 
-/// Builds the webhook router: sources, body limit, connection and time
-/// limits, public URL.
+/// Builds the webhook router: path, sources, body limit, connection and
+/// time limits, public URL.
+///
+/// The methods that can meet a wrong value ([`Receiver::source`],
+/// [`Receiver::path`]) return a [`ReceiverConfigError`] that says what to
+/// change; building the router cannot fail.
 ///
 /// Cheap to build; [`Receiver::router`] can be called more than once.
 #[derive(Clone)]
 pub struct Receiver {
     engine: Engine,
+    path: String,
     sources: BTreeMap<String, Arc<dyn Provider>>,
     body_limit: usize,
     limits: Limits,
@@ -117,12 +149,13 @@ pub(crate) struct Shared {
 }
 
 impl Receiver {
-    /// A receiver that accepts events into `engine`, with no sources yet, a
-    /// [`DEFAULT_BODY_LIMIT`] body limit, the default [`Limits`], and no
-    /// public base URL.
+    /// A receiver that accepts events into `engine` at [`DEFAULT_PATH`]
+    /// (`/hooks/{source}`), with no sources yet, a [`DEFAULT_BODY_LIMIT`]
+    /// body limit, the default [`Limits`], and no public base URL.
     pub fn new(engine: Engine) -> Self {
         Self {
             engine,
+            path: DEFAULT_PATH.to_owned(),
             sources: BTreeMap::new(),
             body_limit: DEFAULT_BODY_LIMIT,
             limits: Limits::default(),
@@ -130,31 +163,47 @@ impl Receiver {
         }
     }
 
-    /// Mount `provider` at `POST /hooks/{name}`. `name` becomes the events'
-    /// source (what [`Handlers::on`](crate::Handlers::on) matches).
+    /// Mount `provider` at `POST /hooks/{name}` (or where the
+    /// [path template](Receiver::path) puts `{source}`). `name` becomes the
+    /// events' source (what [`Handlers::on`](crate::Handlers::on) matches).
     ///
-    /// # Panics
+    /// # Errors
     ///
-    /// At start-up, when `name` is not 1 to [`MAX_SOURCE_NAME_LEN`] ASCII
-    /// letters, digits, `_`, `-` or `.` (not first), or is mounted twice: a programming
-    /// error, like a conflicting axum route.
-    #[allow(clippy::panic)]
-    pub fn source(mut self, name: impl Into<String>, provider: impl Provider + 'static) -> Self {
+    /// [`ReceiverConfigError::InvalidSourceName`] when `name` is not 1 to
+    /// [`MAX_SOURCE_NAME_LEN`] ASCII letters, digits, `_`, `-` or `.` (not
+    /// first); [`ReceiverConfigError::DuplicateSource`] when it is mounted
+    /// already.
+    pub fn source(
+        mut self,
+        name: impl Into<String>,
+        provider: impl Provider + 'static,
+    ) -> Result<Self, ReceiverConfigError> {
         let name = name.into();
-        if !is_valid_source_name(&name) {
-            panic!(
-                "webhook source name `{name}` must be 1 to {MAX_SOURCE_NAME_LEN} ASCII letters, \
-                 digits, `_`, `-` or `.` (it is a URL path segment and the events' source)"
-            );
+        if !path_template::is_valid_source_name(&name) {
+            return Err(ReceiverConfigError::InvalidSourceName { name });
         }
-        if self
-            .sources
-            .insert(name.clone(), Arc::new(provider))
-            .is_some()
-        {
-            panic!("webhook source `{name}` is mounted twice");
+        if self.sources.contains_key(&name) {
+            return Err(ReceiverConfigError::DuplicateSource { name });
         }
-        self
+        self.sources.insert(name, Arc::new(provider));
+        Ok(self)
+    }
+
+    /// Receive deliveries at `template` instead of [`DEFAULT_PATH`]
+    /// (`/hooks/{source}`): a path that starts with `/` and holds
+    /// `{source}` exactly once, as a whole segment, where the source's name
+    /// goes (`/webhooks/{source}`, `/api/{source}/events`). Behind
+    /// `Router::nest("/prefix", …)` the prefix comes in front of it.
+    ///
+    /// # Errors
+    ///
+    /// [`ReceiverConfigError::InvalidPathTemplate`] when `template` does
+    /// not start with `/`, does not hold `{source}` once as a whole
+    /// segment, holds another capture, an empty segment, or a character
+    /// other than ASCII letters, digits, `-`, `_`, `.` and `~`.
+    pub fn path(mut self, template: &str) -> Result<Self, ReceiverConfigError> {
+        self.path = path_template::checked(template)?;
+        Ok(self)
     }
 
     /// Refuse bodies larger than `bytes` with 413 (default
@@ -192,31 +241,79 @@ impl Receiver {
 
     /// What in this configuration deserves an operator's attention at
     /// start-up: a short signing secret, a Twilio source without a public
-    /// URL. [`Receiver::router`] logs each as a warning (naming the source,
-    /// never a secret).
+    /// URL, a mounted source no handler takes (its events are all recorded
+    /// as `ignored`), and — [informational](StartupWarning::is_informational)
+    /// — a source the handlers name that this receiver does not mount.
+    /// Building a router logs each (at `warn`, or `info` for the
+    /// informational ones), naming the source, never a secret.
     pub fn startup_warnings(&self) -> Vec<StartupWarning> {
-        startup::warnings(&self.sources, self.public_base_url.is_some())
+        startup::warnings(
+            &self.sources,
+            self.public_base_url.is_some(),
+            self.engine.registry(),
+        )
     }
 
-    /// The router: `POST /hooks/{source}` and `GET /healthz`, with the
-    /// body-read timeout and the in-flight cap of [`Limits`]. Serve it with
-    /// [`Receiver::serve`] (connection limits included), `axum::serve`, or
-    /// nest it into an application's router. Logs the
+    /// The plain router, to merge or nest into an application's own:
+    /// `POST /hooks/{source}` (the [path template](Receiver::path)) alone,
+    /// with the body-read timeout and the in-flight cap of [`Limits`]. It
+    /// answers its own requests in JSON — an unknown source 404, another
+    /// method on its path 405 — and sets no router-wide fallback and no
+    /// `/healthz`, so the application's fallback answers every other path
+    /// and `Router::merge` works next to it. Logs the mounted sources with
+    /// the kinds a handler takes, and the
     /// [start-up warnings](Receiver::startup_warnings).
+    ///
+    /// Serve it with the application's server, or alone with
+    /// [`Receiver::standalone_router`] or [`Receiver::serve`].
     pub fn router(&self) -> Router {
-        for warning in self.startup_warnings() {
-            tracing::warn!(source = warning.source_name(), "{warning}");
-        }
-        router::routes(Arc::new(Shared {
+        self.log_startup();
+        router::routes(self.shared(), &self.path)
+    }
+
+    /// The router for a receiver served alone: [`Receiver::router`] plus
+    /// `GET /healthz` (200 `{"status":"ok"}`, outside the in-flight cap)
+    /// and JSON answers for every other path (404 `not_found`) and method
+    /// (405 `method_not_allowed`). What [`Receiver::serve`] serves; hand it
+    /// to `axum::serve` to serve it without the connection limits.
+    pub fn standalone_router(&self) -> Router {
+        self.log_startup();
+        router::standalone(self.shared(), &self.path)
+    }
+
+    fn shared(&self) -> Arc<Shared> {
+        Arc::new(Shared {
             engine: self.engine.clone(),
             sources: self.sources.clone(),
             body_limit: self.body_limit,
             limits: self.limits,
             public_base_url: self.public_base_url.clone(),
-        }))
+        })
     }
 
-    /// Serve [`Receiver::router`] on `listener` with all the [`Limits`]
+    /// Log each mounted source with the kinds a handler takes, then the
+    /// start-up warnings.
+    fn log_startup(&self) {
+        let registry = self.engine.registry();
+        for name in self.sources.keys() {
+            let path = self.path.replace(path_template::SOURCE_PLACEHOLDER, name);
+            tracing::info!(
+                source = name.as_str(),
+                path,
+                handled_kinds = startup::kinds_handled_text(registry, name),
+                "webhook source mounted"
+            );
+        }
+        for warning in self.startup_warnings() {
+            if warning.is_informational() {
+                tracing::info!(source = warning.source_name(), "{warning}");
+            } else {
+                tracing::warn!(source = warning.source_name(), "{warning}");
+            }
+        }
+    }
+
+    /// Serve [`Receiver::standalone_router`] on `listener` with all the [`Limits`]
     /// ([`crate::serve::serve`], as every listener tickmark serves):
     /// connections beyond `max_connections`, or beyond
     /// `max_connections_per_address` from one client, are refused at once, a
@@ -242,41 +339,18 @@ impl Receiver {
         listener: tokio::net::TcpListener,
         shutdown: impl Future<Output = ()> + Send + 'static,
     ) -> std::io::Result<()> {
-        crate::serve::serve(listener, self.router(), self.limits, shutdown).await
+        crate::serve::serve(listener, self.standalone_router(), self.limits, shutdown).await
     }
 }
 
 impl fmt::Debug for Receiver {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Receiver")
+            .field("path", &self.path)
             .field("sources", &self.sources)
             .field("body_limit", &self.body_limit)
             .field("limits", &self.limits)
             .field("public_base_url", &self.public_base_url)
             .finish_non_exhaustive()
-    }
-}
-
-fn is_valid_source_name(name: &str) -> bool {
-    !name.is_empty()
-        && name.len() <= MAX_SOURCE_NAME_LEN
-        && !name.starts_with('.')
-        && name
-            .bytes()
-            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'-' | b'.'))
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn source_names_are_path_segments() {
-        for good in ["stripe", "shop-eu", "github.app_2"] {
-            assert!(is_valid_source_name(good), "{good}");
-        }
-        for bad in ["", "a/b", "a b", "é", "..", ".x", &"a".repeat(65)] {
-            assert!(!is_valid_source_name(bad), "{bad}");
-        }
     }
 }

@@ -130,11 +130,16 @@ pub enum ReceiverRejection {
     /// No source is mounted under this name (404).
     #[error("no webhook source is configured at this path: check the URL set up at the provider")]
     UnknownSource,
-    /// No route matches the path (404).
-    #[error("not found: webhooks are received at POST /hooks/<source>, health at GET /healthz")]
+    /// No route matches the path (404; only from
+    /// [`Receiver::standalone_router`](super::Receiver::standalone_router):
+    /// the plain router leaves other paths to the application).
+    #[error(
+        "not found: webhooks are POSTed to the source's path (by default /hooks/<source>), \
+         health is at GET /healthz"
+    )]
     NotFound,
     /// The path exists but not for this method (405).
-    #[error("method not allowed: deliveries are POSTed to /hooks/<source>")]
+    #[error("method not allowed: webhook deliveries are POSTed")]
     MethodNotAllowed,
     /// The body is over the configured limit, by its Content-Length or as it
     /// was read (413).

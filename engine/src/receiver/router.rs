@@ -1,5 +1,12 @@
-//! The routes: `POST /hooks/{source}`, `GET /healthz`, and JSON answers for
-//! every path or method that is not one of them.
+//! The routes: `POST /hooks/{source}` (the path template), answering an
+//! unknown source and another method on it in JSON; and, for a receiver
+//! served alone, `GET /healthz` and JSON answers for every other path or
+//! method.
+//!
+//! The plain router sets no router-wide fallback: axum refuses to merge two
+//! routers that both have one, and the application's own fallback should
+//! answer the application's paths. The 405 of the delivery route is that
+//! route's own fallback, so it holds wherever the router is merged or nested.
 //!
 //! Deliveries go through tower's in-flight cap, which sheds load instead of
 //! queueing (`ConcurrencyLimit` under `LoadShed`: beyond the cap, 503 at
@@ -23,13 +30,28 @@ use tracing::Instrument;
 use super::receive::receive;
 use super::response::ReceiverRejection;
 use super::Shared;
-use crate::serve::OVERLOAD_RETRY_AFTER;
+use crate::serve::{Limits, OVERLOAD_RETRY_AFTER};
 
-/// The receiver's routes over `shared`.
-pub(crate) fn routes(shared: Arc<Shared>) -> Router {
-    let limits = shared.limits;
+/// The delivery route at `path` (a checked template) over `shared`.
+pub(crate) fn routes(shared: Arc<Shared>, path: &str) -> Router {
+    delivery(path, shared.limits).with_state(shared)
+}
+
+/// The delivery route, `GET /healthz`, and JSON answers for every other
+/// path and method: a receiver served alone.
+pub(crate) fn standalone(shared: Arc<Shared>, path: &str) -> Router {
+    delivery(path, shared.limits)
+        .route("/healthz", get(healthz))
+        .fallback(not_found)
+        .method_not_allowed_fallback(method_not_allowed)
+        .with_state(shared)
+}
+
+/// `POST path` with its own 405, behind the in-flight cap and the body
+/// deadline.
+fn delivery(path: &str, limits: Limits) -> Router<Arc<Shared>> {
     Router::new()
-        .route("/hooks/{source}", post(deliver))
+        .route(path, post(deliver).fallback(method_not_allowed))
         .route_layer(
             ServiceBuilder::new()
                 .layer(HandleErrorLayer::new(shed))
@@ -37,13 +59,9 @@ pub(crate) fn routes(shared: Arc<Shared>) -> Router {
                 .concurrency_limit(limits.max_in_flight)
                 .layer(RequestBodyDeadlineLayer::new(limits.body_read_timeout)),
         )
-        .route("/healthz", get(healthz))
-        .fallback(not_found)
-        .method_not_allowed_fallback(method_not_allowed)
-        .with_state(shared)
 }
 
-/// `POST /hooks/{source}`: find the source, then handle the delivery in a
+/// `POST /hooks/{source}` (or the template's path): find the source, then handle the delivery in a
 /// span that names it (and, once verified, the event id and kind).
 async fn deliver(
     State(shared): State<Arc<Shared>>,

@@ -1,11 +1,14 @@
 //! What the receiver warns about at start-up: configurations that work but
-//! leave a door open. Warnings name the source, never a secret.
+//! leave a door open, and sources that do not meet the handlers (a mounted
+//! source no handler takes, a handler's source not mounted here). Warnings
+//! name the source, never a secret.
 
 use std::collections::BTreeMap;
 use std::fmt;
 use std::sync::Arc;
 
 use super::providers::Provider;
+use crate::handler::{KindsHandled, Registry};
 
 /// The shortest signing secret that draws no warning, in bytes: 128 bits.
 /// A shorter one can be guessed offline from a single captured delivery.
@@ -31,16 +34,38 @@ pub enum StartupWarning {
         /// The source.
         source: String,
     },
+    /// A mounted source that no handler takes, whatever the kind, and no
+    /// wait reads: every event of it is recorded as `ignored` and nothing
+    /// runs.
+    UnhandledSource {
+        /// The source.
+        source: String,
+    },
+    /// Handlers (or waits) name a source this receiver does not mount: its
+    /// events reach them only if another receiver mounts it. Informational
+    /// ([`StartupWarning::is_informational`]): in a fleet where each
+    /// process receives some sources, this is expected.
+    UnmountedSource {
+        /// The source.
+        source: String,
+    },
 }
 
 impl StartupWarning {
     /// The source it is about.
     pub fn source_name(&self) -> &str {
         match self {
-            StartupWarning::ShortSecret { source, .. } | StartupWarning::NoPublicUrl { source } => {
-                source
-            }
+            StartupWarning::ShortSecret { source, .. }
+            | StartupWarning::NoPublicUrl { source }
+            | StartupWarning::UnhandledSource { source }
+            | StartupWarning::UnmountedSource { source } => source,
         }
+    }
+
+    /// Whether this is worth knowing rather than fixing: logged at `info`,
+    /// where the others are logged at `warn`.
+    pub fn is_informational(&self) -> bool {
+        matches!(self, StartupWarning::UnmountedSource { .. })
     }
 }
 
@@ -58,12 +83,72 @@ impl fmt::Display for StartupWarning {
                  is rebuilt from the request's Host header, which the sender chooses; set the \
                  public base URL (Receiver::public_base_url, `payments --public-url`)"
             ),
+            StartupWarning::UnhandledSource { source } => write!(
+                f,
+                "source `{source}` is mounted but no handler takes any of its kinds: every event \
+                 of it is recorded as `ignored` and nothing runs; register one with \
+                 Handlers::on(\"{source}\", kind, …), or stop mounting the source"
+            ),
+            StartupWarning::UnmountedSource { source } => write!(
+                f,
+                "handlers are registered for source `{source}`, but this receiver does not mount \
+                 it: its events reach them only if another receiver mounts it (otherwise mount it \
+                 with Receiver::source(\"{source}\", …))"
+            ),
         }
     }
 }
 
-/// The warnings for these sources.
+/// The warnings for these sources and handlers: the configuration's first,
+/// source by source, then how the sources meet the handlers.
 pub(crate) fn warnings(
+    sources: &BTreeMap<String, Arc<dyn Provider>>,
+    has_public_url: bool,
+    registry: &Registry,
+) -> Vec<StartupWarning> {
+    let mut warnings = configuration_warnings(sources, has_public_url);
+    warnings.extend(coverage_warnings(sources, registry));
+    warnings
+}
+
+/// How the mounted sources meet the handlers: a mounted source no handler
+/// takes and no wait reads, then each source the handlers name that is not
+/// mounted, in name order.
+fn coverage_warnings(
+    sources: &BTreeMap<String, Arc<dyn Provider>>,
+    registry: &Registry,
+) -> Vec<StartupWarning> {
+    let unhandled = sources
+        .keys()
+        .filter(|source| {
+            registry.kinds_handled(source) == KindsHandled::Only(Vec::new())
+                && !registry.is_waited_on(source)
+        })
+        .map(|source| StartupWarning::UnhandledSource {
+            source: source.clone(),
+        });
+    let unmounted = registry
+        .named_sources()
+        .into_iter()
+        .filter(|source| !sources.contains_key(*source))
+        .map(|source| StartupWarning::UnmountedSource {
+            source: source.to_owned(),
+        });
+    unhandled.chain(unmounted).collect()
+}
+
+/// The kinds of `source` a handler takes, in words for the start-up log:
+/// `every kind`, `invoice.paid, charge.refunded`, or `none`.
+pub(crate) fn kinds_handled_text(registry: &Registry, source: &str) -> String {
+    match registry.kinds_handled(source) {
+        KindsHandled::Every => "every kind".to_owned(),
+        KindsHandled::Only(kinds) if kinds.is_empty() => "none".to_owned(),
+        KindsHandled::Only(kinds) => kinds.join(", "),
+    }
+}
+
+/// Short secrets, and URL-signing sources without a public URL.
+fn configuration_warnings(
     sources: &BTreeMap<String, Arc<dyn Provider>>,
     has_public_url: bool,
 ) -> Vec<StartupWarning> {
@@ -112,7 +197,7 @@ mod tests {
             ("pay", Arc::new(Stripe::new(["whsec_test"]).unwrap())),
         ]);
         assert_eq!(
-            warnings(&sources, false),
+            configuration_warnings(&sources, false),
             [
                 StartupWarning::ShortSecret {
                     source: "pay".into(),
@@ -128,9 +213,9 @@ mod tests {
             ]
         );
         // With a public URL, only the short secrets remain.
-        assert_eq!(warnings(&sources, true).len(), 2);
+        assert_eq!(configuration_warnings(&sources, true).len(), 2);
         // The words name the source, never the secret.
-        for warning in warnings(&sources, false) {
+        for warning in configuration_warnings(&sources, false) {
             let text = warning.to_string();
             assert!(text.contains(warning.source_name()), "{text}");
             assert!(
@@ -144,6 +229,96 @@ mod tests {
     fn long_secrets_draw_no_warning() {
         let secret = "s".repeat(MIN_SECRET_BYTES);
         let sources = sources(vec![("gh", Arc::new(GitHub::new([secret]).unwrap()))]);
-        assert!(warnings(&sources, false).is_empty());
+        assert!(configuration_warnings(&sources, false).is_empty());
+    }
+
+    #[derive(Debug, serde::Serialize, serde::Deserialize)]
+    struct Noop;
+
+    #[typetag::serde(name = "receiver_startup_test_noop")]
+    #[async_trait::async_trait]
+    impl crate::step::Step for Noop {
+        async fn run(&self, _ctx: &mut crate::context::StepContext<'_>) -> crate::step::StepResult {
+            Ok(serde_json::Value::Null)
+        }
+    }
+
+    fn compiled(handlers: crate::Handlers) -> Registry {
+        handlers.compile().unwrap()
+    }
+
+    fn handler() -> crate::Handler {
+        crate::Handler::new().named_step("noop", Noop)
+    }
+
+    fn long_secret() -> Arc<dyn Provider> {
+        Arc::new(GitHub::new(["a-long-enough-secret-0123"]).unwrap())
+    }
+
+    /// A mounted source no handler takes is warned about; a source the
+    /// handlers name that is not mounted is an informational notice. A
+    /// source taken through `*`, or read by a wait, is covered.
+    #[test]
+    fn sources_without_handlers_and_handlers_without_sources_are_said() {
+        let sources = sources(vec![
+            ("stripe", long_secret()),
+            ("github", long_secret()),
+            ("shop", long_secret()),
+            ("spare", long_secret()),
+        ]);
+        let registry = compiled(
+            crate::Handlers::new()
+                .on("stripe", "invoice.paid", handler())
+                .on("github", crate::ANY, handler())
+                .on(
+                    "paddle",
+                    "order.created",
+                    crate::Handler::new()
+                        .wait(
+                            "shipped",
+                            crate::wait::WaitFor::event("shop", "order.shipped")
+                                .matching("/id")
+                                .timeout(std::time::Duration::from_secs(60)),
+                        )
+                        .named_step("noop", Noop)
+                        .if_matched("shipped"),
+                )
+                .on("twilio", "message", handler()),
+        );
+        let said = warnings(&sources, false, &registry);
+        assert_eq!(
+            said,
+            [
+                StartupWarning::UnhandledSource {
+                    source: "spare".into()
+                },
+                StartupWarning::UnmountedSource {
+                    source: "paddle".into()
+                },
+                StartupWarning::UnmountedSource {
+                    source: "twilio".into()
+                },
+            ]
+        );
+        assert!(!said[0].is_informational());
+        assert!(said[1].is_informational() && said[2].is_informational());
+        let text = said[0].to_string();
+        assert!(
+            text.contains("`spare`") && text.contains("`ignored`"),
+            "{text}"
+        );
+        assert!(said[1].to_string().contains("does not mount"));
+        assert_eq!(kinds_handled_text(&registry, "stripe"), "invoice.paid");
+        assert_eq!(kinds_handled_text(&registry, "github"), "every kind");
+        assert_eq!(kinds_handled_text(&registry, "spare"), "none");
+
+        // A handler for every source takes every mounted source.
+        let everything = compiled(crate::Handlers::new().on(crate::ANY, crate::ANY, handler()));
+        assert!(warnings(&sources, false, &everything).is_empty());
+        // A handler for one kind of any source takes that kind of each.
+        let one_kind = compiled(crate::Handlers::new().on(crate::ANY, "ping", handler()));
+        assert!(warnings(&sources, false, &one_kind).is_empty());
+        // No handlers: every mounted source is unhandled.
+        assert_eq!(warnings(&sources, false, &Registry::default()).len(), 4);
     }
 }

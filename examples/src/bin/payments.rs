@@ -263,7 +263,7 @@ async fn run(args: Args) -> Result<(), String> {
         receiver = receiver.public_base_url(url);
     }
     let (receiver, setup) = payments::mount_sources(receiver, |name| std::env::var(name).ok())
-        .map_err(|(variable, e)| format!("{variable}: {e}"))?;
+        .map_err(|e| e.to_string())?;
     for source in &setup {
         match source {
             SourceSetup::On { name, secrets } => {

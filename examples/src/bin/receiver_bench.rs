@@ -138,8 +138,8 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         .on(DIRECT_SOURCE, "invoice.payment_succeeded", plan());
     let engine = Engine::new(store, handlers)?;
     let router = Receiver::new(engine.clone())
-        .source("stripe", Stripe::new([SECRET])?)
-        .router();
+        .source("stripe", Stripe::new([SECRET])?)?
+        .standalone_router();
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
     let addr = listener.local_addr()?;
     let server = tokio::spawn(async move { axum::serve(listener, router).await });

@@ -241,7 +241,9 @@ async fn run(args: Args) -> Result<(), String> {
         );
     }
 
-    let receiver = Receiver::new(engine.clone()).source(shopsync::SOURCE, provider);
+    let receiver = Receiver::new(engine.clone())
+        .source(shopsync::SOURCE, provider)
+        .map_err(|e| e.to_string())?;
     let listener = tokio::net::TcpListener::bind(args.listen)
         .await
         .map_err(|e| format!("cannot listen on {}: {e}", args.listen))?;

@@ -222,8 +222,8 @@ async fn soak(args: &Args, url: &str, tickmark_bin: PathBuf) -> Result<bool, Box
     let finished = Finished::default();
     let engine = Engine::new(Arc::new(store), handler::handlers())?.with_resource(finished.clone());
     let router = Receiver::new(engine.clone())
-        .source(handler::SOURCE, Stripe::new([SECRET])?)
-        .router();
+        .source(handler::SOURCE, Stripe::new([SECRET])?)?
+        .standalone_router();
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
     let addr = listener.local_addr()?;
     let stop_server = CancellationToken::new();

@@ -97,8 +97,8 @@ pub async fn receiver(url: &str, call_ms: u64) -> Result<(), BoxError> {
     let store = Arc::new(PostgresStore::connect(url).await?);
     let engine = engine(store, call_ms)?;
     let router = Receiver::new(engine)
-        .source(SOURCE, Stripe::new([SECRET])?)
-        .router();
+        .source(SOURCE, Stripe::new([SECRET])?)?
+        .standalone_router();
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
     Message::Listening(listener.local_addr()?.to_string()).say();
     // Stop on SIGTERM, or when stdin closes: the coordinator is gone.

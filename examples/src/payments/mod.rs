@@ -23,7 +23,7 @@ pub use record::Record;
 pub use render_invoice::{invoice_file_name, RenderInvoice};
 pub use send_receipt::{ReceiptClient, SendReceipt};
 pub use settings::{ReceiptUrl, ReceiptUrlError, Settings};
-pub use sources::{mount_sources, SourceSetup, SOURCES};
+pub use sources::{mount_sources, MountError, SourceSetup, SOURCES};
 
 use tickmark::{Handler, Handlers, ANY};
 

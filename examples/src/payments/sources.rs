@@ -5,6 +5,7 @@
 use tickmark::receiver::providers::{
     ConfigError, GitHub, Shopify, Slack, StandardWebhooks, Stripe, Twilio,
 };
+use tickmark::receiver::ReceiverConfigError;
 use tickmark::Receiver;
 
 use crate::secrets::secrets;
@@ -38,27 +39,46 @@ pub enum SourceSetup {
     },
 }
 
+/// Why a source could not be mounted.
+#[derive(Debug, thiserror::Error)]
+pub enum MountError {
+    /// The secrets in a source's variable are not usable.
+    #[error("{variable}: {error}")]
+    Secret {
+        /// The variable that holds them.
+        variable: &'static str,
+        /// The provider's reason.
+        #[source]
+        error: ConfigError,
+    },
+    /// The receiver refused the source.
+    #[error(transparent)]
+    Receiver(#[from] ReceiverConfigError),
+}
+
 /// Mount every source whose secret `secret_of(variable)` gives. A variable
 /// may hold several comma-separated secrets (during a rotation: the new one
 /// and the old one); a delivery signed with any of them verifies.
 pub fn mount_sources(
     mut receiver: Receiver,
     secret_of: impl Fn(&str) -> Option<String>,
-) -> Result<(Receiver, Vec<SourceSetup>), (&'static str, ConfigError)> {
+) -> Result<(Receiver, Vec<SourceSetup>), MountError> {
     let mut setup = Vec::new();
     for (name, _, variable) in SOURCES {
         let Some(secrets) = secrets(secret_of(variable)) else {
             setup.push(SourceSetup::Off { name, variable });
             continue;
         };
-        let failed = |error| (variable, error);
+        let failed = |error| MountError::Secret { variable, error };
         receiver = match name {
-            "stripe" => receiver.source(name, Stripe::new(&secrets).map_err(failed)?),
-            "github" => receiver.source(name, GitHub::new(&secrets).map_err(failed)?),
-            "shopify" => receiver.source(name, Shopify::new(&secrets).map_err(failed)?),
-            "standard" => receiver.source(name, StandardWebhooks::new(&secrets).map_err(failed)?),
-            "slack" => receiver.source(name, Slack::new(&secrets).map_err(failed)?),
-            _ => receiver.source(name, Twilio::new(&secrets).map_err(failed)?),
+            "stripe" => receiver.source(name, Stripe::new(&secrets).map_err(failed)?)?,
+            "github" => receiver.source(name, GitHub::new(&secrets).map_err(failed)?)?,
+            "shopify" => receiver.source(name, Shopify::new(&secrets).map_err(failed)?)?,
+            "standard" => {
+                receiver.source(name, StandardWebhooks::new(&secrets).map_err(failed)?)?
+            }
+            "slack" => receiver.source(name, Slack::new(&secrets).map_err(failed)?)?,
+            _ => receiver.source(name, Twilio::new(&secrets).map_err(failed)?)?,
         };
         setup.push(SourceSetup::On {
             name,

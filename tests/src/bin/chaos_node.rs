@@ -111,7 +111,7 @@ async fn run(args: Args) -> Result<(), String> {
     let (receiver, _setup) = payments::mount_sources(Receiver::new(engine.clone()), |name| {
         std::env::var(name).ok()
     })
-    .map_err(|(variable, e)| format!("{variable}: {e}"))?;
+    .map_err(|e| e.to_string())?;
 
     let listener = tokio::net::TcpListener::bind(args.listen)
         .await
@@ -144,7 +144,7 @@ async fn run(args: Args) -> Result<(), String> {
             stop_http.cancel();
         }
     });
-    let served = axum::serve(listener, receiver.router())
+    let served = axum::serve(listener, receiver.standalone_router())
         .with_graceful_shutdown(stop_http.clone().cancelled_owned())
         .await;
     stop_worker.cancel();

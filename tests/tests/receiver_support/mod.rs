@@ -296,7 +296,9 @@ pub fn all_sources(receiver: Receiver) -> Receiver {
     Kind::ALL
         .into_iter()
         .fold(receiver, |receiver, kind| {
-            receiver.source(kind.source(), kind.provider())
+            receiver
+                .source(kind.source(), kind.provider())
+                .expect("a valid source")
         })
         .public_base_url(PublicBaseUrl::parse(PUBLIC_BASE).unwrap())
 }
@@ -338,7 +340,9 @@ impl Harness {
     ) -> Option<Harness> {
         let db = TestDb::new(backend).await?;
         let engine = engine(&db, handlers);
-        let router = configure(Receiver::new(engine.clone())).router();
+        // Served alone, as `Receiver::serve` serves it: with `/healthz` and
+        // JSON answers for every path.
+        let router = configure(Receiver::new(engine.clone())).standalone_router();
         let server = match transport {
             Transport::InProcess => None,
             Transport::Socket => Some(LoopbackServer::start(router.clone()).await),
