@@ -132,12 +132,7 @@ impl<T> Copy for Output<T> {}
 
 impl<T> fmt::Debug for Output<T> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(
-            f,
-            "Output<{}>({:?})",
-            std::any::type_name::<T>(),
-            self.step
-        )
+        write!(f, "Output<{}>({:?})", std::any::type_name::<T>(), self.step)
     }
 }
 
@@ -330,8 +325,10 @@ impl<'a> StepContext<'a> {
     /// The output of an earlier step, typed by its [`Output`] key. The step
     /// must name it in [`Step::reads`](crate::Step::reads), which
     /// `Engine::new` checks against the handler; one it did not declare parks
-    /// the event, with a message that says what to add. An output that does
-    /// not decode into `T` parks the event too.
+    /// the event, with a message that says what to add (in a context the
+    /// engine built: one built by hand with [`StepContext::new`], for a
+    /// step's own test, reads any). An output that does not decode into `T`
+    /// parks the event too; a missing one is a terminal failure.
     pub fn output_of<T: DeserializeOwned>(&self, output: Output<T>) -> Result<T, StepError> {
         let name = output.step();
         if let Some(declared) = &self.declared_reads {
