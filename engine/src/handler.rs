@@ -97,6 +97,21 @@ pub enum ConfigError {
         /// The wait it names.
         wait: String,
     },
+    /// A step reads ([`Step::reads`]) the output of a step that is not an
+    /// earlier step of its handler: a typo, or a step moved after its reader.
+    #[error("step `{step}` of ({source_name}, {kind}) reads the output of step `{output}` (Step::reads), but no step before it is named `{output}`; the steps before it: [{}]", .earlier_steps.join(", "))]
+    UnknownOutput {
+        /// The handler's source.
+        source_name: String,
+        /// The handler's kind.
+        kind: String,
+        /// The step that reads.
+        step: String,
+        /// The name it reads, which no earlier step has.
+        output: String,
+        /// The names of the steps before it, in order.
+        earlier_steps: Vec<String>,
+    },
     /// A step could not be serialised into a plan.
     #[error("step `{step}` cannot be serialised into a plan: {reason}")]
     Unserialisable {
@@ -477,8 +492,9 @@ impl Handlers {
                 });
             }
             let mut seen = HashSet::new();
-            for step in &handler.steps {
+            for (position, step) in handler.steps.iter().enumerate() {
                 check_name("step", &step.name)?;
+                check_reads(&source, &kind, &handler.steps[..position], step)?;
                 if !seen.insert(step.name.as_str()) {
                     return Err(ConfigError::DuplicateStepName {
                         source_name: source,
@@ -584,6 +600,31 @@ fn check_waits(source: &str, kind: &str, steps: &mut [HandlerStep]) -> Result<()
             if let Action::Wait(Wait::Event(wait)) = &mut steps[wait_at].action {
                 wait.on_timeout = OnTimeout::Continue;
             }
+        }
+    }
+    Ok(())
+}
+
+/// Check that every output `step` reads ([`Step::reads`]) is the output of
+/// one of the steps `before` it.
+fn check_reads(
+    source: &str,
+    kind: &str,
+    before: &[HandlerStep],
+    step: &HandlerStep,
+) -> Result<(), ConfigError> {
+    let Action::Run(code) = &step.action else {
+        return Ok(());
+    };
+    for output in code.reads() {
+        if !before.iter().any(|earlier| earlier.name == output) {
+            return Err(ConfigError::UnknownOutput {
+                source_name: source.to_owned(),
+                kind: kind.to_owned(),
+                step: step.name.clone(),
+                output: output.to_owned(),
+                earlier_steps: before.iter().map(|earlier| earlier.name.clone()).collect(),
+            });
         }
     }
     Ok(())
@@ -1018,6 +1059,77 @@ mod tests {
                 .rate_limited("api", "/shop"),
         );
         assert!(limited.to_string().contains("not to a wait"), "{limited}");
+    }
+
+    /// Reads the output of the steps it is configured with.
+    #[derive(Debug, Serialize, Deserialize)]
+    struct Reads(Vec<String>);
+
+    #[typetag::serde(name = "handler_test_reads")]
+    #[async_trait::async_trait]
+    impl Step for Reads {
+        fn reads(&self) -> Vec<&str> {
+            self.0.iter().map(String::as_str).collect()
+        }
+
+        async fn run(&self, _ctx: &mut StepContext<'_>) -> StepResult {
+            Ok(serde_json::Value::Null)
+        }
+    }
+
+    #[test]
+    fn a_step_reads_only_outputs_of_earlier_steps() {
+        let reads = |names: &[&str]| Reads(names.iter().map(|n| n.to_string()).collect());
+        let compile = |handler: Handler| {
+            Handlers::new()
+                .on("stripe", "invoice.paid", handler)
+                .compile()
+                .map(|_| ())
+        };
+        let hour = std::time::Duration::from_secs(3600);
+        compile(
+            Handler::new()
+                .named_step("credit_account", Tick)
+                .wait("paid", paid_within(hour))
+                .named_step("send_receipt", reads(&["credit_account", "paid"])),
+        )
+        .expect("earlier steps and waits may be read");
+
+        let typo = compile(
+            Handler::new()
+                .named_step("credit_account", Tick)
+                .named_step("send_receipt", reads(&["credit_acount"])),
+        )
+        .unwrap_err();
+        assert!(
+            matches!(&typo, ConfigError::UnknownOutput { step, output, earlier_steps, .. }
+                if step == "send_receipt" && output == "credit_acount" && earlier_steps == &["credit_account"]),
+            "{typo:?}"
+        );
+        assert_eq!(
+            typo.to_string(),
+            "step `send_receipt` of (stripe, invoice.paid) reads the output of step \
+             `credit_acount` (Step::reads), but no step before it is named `credit_acount`; \
+             the steps before it: [credit_account]"
+        );
+
+        let later = compile(
+            Handler::new()
+                .named_step("send_receipt", reads(&["credit_account"]))
+                .named_step("credit_account", Tick),
+        )
+        .unwrap_err();
+        assert!(
+            matches!(&later, ConfigError::UnknownOutput { output, earlier_steps, .. }
+                if output == "credit_account" && earlier_steps.is_empty()),
+            "{later:?}"
+        );
+
+        let itself = compile(Handler::new().named_step("loop", reads(&["loop"]))).unwrap_err();
+        assert!(
+            matches!(itself, ConfigError::UnknownOutput { .. }),
+            "{itself}"
+        );
     }
 
     #[test]

@@ -22,13 +22,20 @@
 //!     greeting: String,
 //! }
 //!
+//! /// The part of the payload the step reads.
+//! #[derive(Deserialize)]
+//! struct Order {
+//!     name: String,
+//! }
+//!
 //! #[typetag::serde(name = "greet")] // a stable name: the plan stores it
 //! #[async_trait::async_trait]
 //! impl Step for Greet {
 //!     async fn run(&self, ctx: &mut StepContext<'_>) -> StepResult {
-//!         let name = ctx.event().payload["name"].as_str().unwrap_or("stranger");
+//!         // A payload that does not decode parks the event with serde's message.
+//!         let order: Order = ctx.payload()?;
 //!         // Pass ctx.idempotency_key() to anything external.
-//!         Ok(serde_json::json!({ "said": format!("{}, {name}", self.greeting) }))
+//!         Ok(serde_json::json!({ "said": format!("{}, {}", self.greeting, order.name) }))
 //!     }
 //! }
 //!
@@ -168,7 +175,7 @@ pub mod step;
 pub mod store;
 pub mod wait;
 
-pub use context::{StepContext, StepOutputs};
+pub use context::{Output, StepContext, StepOutputs};
 pub use engine::Engine;
 pub use error::Error;
 pub use event::{Event, EventState, NewEvent, StepState};
@@ -185,7 +192,7 @@ pub use redact::redact_url;
 pub use resources::Resources;
 pub use retry::RetryPolicy;
 pub use runner::{Worker, WorkerConfig, WorkerConfigError, WorkerStats};
-pub use step::{FailureKind, Step, StepError, StepResult, TerminalExt};
+pub use step::{output, FailureKind, Step, StepError, StepResult, TerminalExt};
 pub use store::{connect, migrate, Backend, StepTransaction, Store, StoreError};
 
 /// The sqlx this crate is built with, for steps that reach the backend's own

@@ -11,7 +11,7 @@
 use std::fmt;
 
 use crate::context::StepContext;
-pub use crate::outcome::{FailureKind, StepError, StepResult, TerminalExt};
+pub use crate::outcome::{output, FailureKind, StepError, StepResult, TerminalExt};
 
 /// One ordered unit of work in a handler.
 ///
@@ -43,9 +43,51 @@ pub use crate::outcome::{FailureKind, StepError, StepResult, TerminalExt};
 #[typetag::serde(tag = "type", content = "config")]
 #[async_trait::async_trait]
 pub trait Step: Send + Sync + fmt::Debug {
-    /// Do the work. A plain `?` on any error is a retryable failure; return
+    /// Do the work. A plain `?` on any error is a retryable failure (but a
+    /// `serde_json` decode error parks the event); return
     /// [`StepError::terminal`] to dead-letter the event at once.
     async fn run(&self, ctx: &mut StepContext<'_>) -> StepResult;
+
+    /// The earlier steps of the handler whose outputs this step reads, by
+    /// their names in the handler. `Engine::new` refuses a handler in which
+    /// one of them is not the name of an earlier step
+    /// ([`ConfigError::UnknownOutput`](crate::handler::ConfigError::UnknownOutput)),
+    /// so a typo or a reordering is found at start-up, not on the first
+    /// event. [`StepContext::output_of`] reads only what is declared here;
+    /// the untyped `output` and `output_as` read any name, unchecked.
+    ///
+    /// ```
+    /// # use serde::{Deserialize, Serialize};
+    /// use tickmark::context::Output;
+    /// # use tickmark::{Step, StepContext, StepResult};
+    ///
+    /// #[derive(Debug, Serialize, Deserialize)]
+    /// struct Credit {
+    ///     credited: i64,
+    /// }
+    ///
+    /// /// The output of the handler's `credit_account` step.
+    /// const CREDIT: Output<Credit> = Output::new("credit_account");
+    ///
+    /// #[derive(Debug, Serialize, Deserialize)]
+    /// struct SendReceipt;
+    ///
+    /// #[typetag::serde(name = "step_doc_send_receipt")]
+    /// #[async_trait::async_trait]
+    /// impl Step for SendReceipt {
+    ///     fn reads(&self) -> Vec<&str> {
+    ///         vec![CREDIT.step()]
+    ///     }
+    ///
+    ///     async fn run(&self, ctx: &mut StepContext<'_>) -> StepResult {
+    ///         let credit = ctx.output_of(CREDIT)?;
+    ///         tickmark::output(&serde_json::json!({ "sent_for": credit.credited }))
+    ///     }
+    /// }
+    /// ```
+    fn reads(&self) -> Vec<&str> {
+        Vec::new()
+    }
 
     /// Whether the step writes to the engine's own database inside the engine's
     /// transaction ([`StepContext::transaction`]), so that its writes commit

@@ -276,6 +276,10 @@ fn header(name: &str, value: &str) -> Result<(HeaderName, HeaderValue), StepErro
 #[typetag::serde(name = "tickmark.http_call")]
 #[async_trait::async_trait]
 impl Step for HttpCall {
+    fn reads(&self) -> Vec<&str> {
+        self.body.iter().filter_map(ValueFrom::reads_step).collect()
+    }
+
     async fn run(&self, ctx: &mut StepContext<'_>) -> StepResult {
         let request = self.request(ctx)?;
         let timeout = self

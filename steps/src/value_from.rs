@@ -13,7 +13,10 @@ use tickmark::{StepContext, StepError};
 /// A pointer is a JSON pointer (RFC 6901): empty for the whole value,
 /// otherwise `/`-separated (`/data/object/id`). Anything that cannot be
 /// resolved — a pointer that finds nothing, a step that has no output — is a
-/// terminal error: retrying would find the same stored values.
+/// terminal error: retrying would find the same stored values. The steps of
+/// this crate declare the earlier step an `Output` names in
+/// [`Step::reads`](tickmark::Step::reads), so a name that is not an earlier
+/// step of the handler is refused by `Engine::new`.
 ///
 /// ```
 /// use tickmark_steps::ValueFrom;
@@ -91,6 +94,17 @@ impl ValueFrom {
     pub fn template(template: impl Into<String>) -> Self {
         ValueFrom::Template {
             template: template.into(),
+        }
+    }
+
+    /// The earlier step whose output this value is taken from, if it is one:
+    /// what a step using it declares in
+    /// [`Step::reads`](tickmark::Step::reads), so that `Engine::new` refuses
+    /// a handler in which no step before it has that name.
+    pub fn reads_step(&self) -> Option<&str> {
+        match self {
+            ValueFrom::Output { step, .. } => Some(step),
+            _ => None,
         }
     }
 

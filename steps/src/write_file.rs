@@ -171,6 +171,10 @@ impl WriteFile {
 #[typetag::serde(name = "tickmark.write_file")]
 #[async_trait::async_trait]
 impl Step for WriteFile {
+    fn reads(&self) -> Vec<&str> {
+        self.content.reads_step().into_iter().collect()
+    }
+
     async fn run(&self, ctx: &mut StepContext<'_>) -> StepResult {
         let (subdir, name) = self.target(&ctx.event().source, &ctx.event().id)?;
         let bytes = match self.content.resolve(ctx)?.as_ref() {
@@ -678,6 +682,8 @@ mod tests {
     fn the_stored_form() {
         let step: &dyn Step =
             &WriteFile::new(ValueFrom::output("render", "/html")).extension("html");
+        assert_eq!(step.reads(), ["render"], "checked by Engine::new");
+        assert!(WriteFile::new(ValueFrom::event()).reads().is_empty());
         assert_eq!(
             serde_json::to_value(step).unwrap(),
             json!({"type": "tickmark.write_file", "config": {

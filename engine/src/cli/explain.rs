@@ -207,8 +207,9 @@ fn interrupted(facts: &Facts<'_>) -> String {
 
 fn parked(facts: &Facts<'_>) -> String {
     format!(
-        "Parked since {} at {}: {}. It waits for an operator: deploy a build that has this \
-         step type, then `tickmark events retry {}`.",
+        "Parked since {} at {}: {}. It waits for an operator: deploy a build that can run it \
+         (one that has this step type, or whose step accepts this payload), then \
+         `tickmark events retry {}`.",
         facts.finished(),
         facts.current_step(),
         facts.error(),

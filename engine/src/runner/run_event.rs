@@ -1,7 +1,7 @@
 //! Run one claimed event: decode its plan, check its sequence, resume at the
 //! first unfinished step with the earlier outputs, and run each step outside
 //! any lock. What happens after each step (mark done, schedule a retry,
-//! dead-letter, snooze, give back) is in `settle.rs`; a wait step is
+//! dead-letter, park, snooze, give back) is in `settle.rs`; a wait step is
 //! `run_wait.rs`'s; a step on the branch of a wait's outcome not taken is
 //! recorded skipped.
 
@@ -290,6 +290,7 @@ impl<'a> EventRun<'a> {
                 self.ending(slot);
                 Err(match failure.kind() {
                     FailureKind::Snooze { delay } => settle.snooze(delay, &failure).await,
+                    FailureKind::Park => settle.park_at_step(&step, &failure).await,
                     _ => settle.mark_failed(&step, &failure, &retry).await,
                 })
             }

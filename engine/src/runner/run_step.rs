@@ -87,7 +87,8 @@ pub(crate) async fn run_step(inputs: StepInputs<'_>) -> Result<StepRun, StoreErr
             resources,
         )
         .with_progress(ProgressReporter::new(store, lease))
-        .with_follow_ups(&follow_ups);
+        .with_follow_ups(&follow_ups)
+        .with_declared_reads(step.reads());
         let run = AssertUnwindSafe(step.run(&mut ctx)).catch_unwind();
         let timed = async {
             match planned.options.timeout {

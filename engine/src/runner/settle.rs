@@ -1,6 +1,7 @@
 //! What happens after a step: the short transactions that record its outcome
 //! under the event's lease — mark it done, schedule its retry, dead-letter the
-//! event, snooze it, park it, or give it back — and what each means for the
+//! event, snooze it, park it (a plan this build cannot run, or a step that
+//! says only a fixed build can get past it), or give it back — and what each means for the
 //! rest of the run. Every one filters on the fencing token in the store; a
 //! refusal is `LeaseLost`, and this worker stops.
 
@@ -330,6 +331,27 @@ impl<'a> Settle<'a> {
     /// This build cannot run the event's plan: park it for an operator.
     pub async fn park(&self, reason: &str) -> EventEnd {
         tracing::error!(parent: &self.span, reason, "parking event: this build cannot run its stored plan");
+        self.record_park(reason).await
+    }
+
+    /// The step ran and said only a fixed build can get past this event
+    /// ([`FailureKind::Park`](crate::FailureKind::Park): its payload does not
+    /// decode): park the event at this step for an operator, who retries it
+    /// once the fix is deployed. As for an unknown step type, the attempt is
+    /// given back: the retry starts the step afresh. A transactional step's
+    /// writes were rolled back.
+    pub async fn park_at_step(&self, step: &StepAttempt<'_>, failure: &StepError) -> EventEnd {
+        let reason = format!(
+            "step `{}` cannot handle this event in this build: {failure}; deploy a fix, then \
+             retry the event",
+            step.name
+        );
+        tracing::error!(parent: &self.span, reason, "parking event: its step cannot handle it");
+        self.shared.signals.update(|s| s.steps_failed += 1);
+        self.record_park(&reason).await
+    }
+
+    async fn record_park(&self, reason: &str) -> EventEnd {
         let store = self.store();
         let parked = retry_transient("park", self.budget(), || {
             store.event_park(&self.lease, reason)

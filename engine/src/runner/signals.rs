@@ -15,13 +15,14 @@ pub struct WorkerStats {
     pub takeovers: u64,
     /// Steps marked done.
     pub steps_done: u64,
-    /// Step attempts that failed (retried or dead).
+    /// Step attempts that failed (retried, dead, or parking the event).
     pub steps_failed: u64,
     /// Events finished (every step done).
     pub events_done: u64,
     /// Events dead-lettered.
     pub events_dead: u64,
-    /// Events parked on an unknown step.
+    /// Events parked: on a step type or rate limit this build lacks, or by
+    /// a step that cannot handle them (a payload that does not decode).
     pub events_parked: u64,
     /// Events recorded as stale (not newer than their resource's last applied one).
     pub events_stale: u64,

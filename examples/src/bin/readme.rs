@@ -7,7 +7,35 @@
 
 use serde::{Deserialize, Serialize};
 use serde_json::json;
-use tickmark::{Engine, Handler, Handlers, NewEvent, Step, StepContext, StepResult, WorkerConfig};
+use tickmark::{
+    Engine, Handler, Handlers, NewEvent, Output, Step, StepContext, StepResult, WorkerConfig,
+};
+
+/// The part of Stripe's `invoice.payment_succeeded` event this handler reads.
+#[derive(Debug, Deserialize)]
+struct InvoiceEvent {
+    data: InvoiceData,
+}
+
+#[derive(Debug, Deserialize)]
+struct InvoiceData {
+    object: Invoice,
+}
+
+#[derive(Debug, Deserialize)]
+struct Invoice {
+    customer: String,
+    amount_paid: i64,
+}
+
+/// What `credit_account` hands on to the steps after it.
+#[derive(Debug, Serialize, Deserialize)]
+struct Credit {
+    credited: i64,
+}
+
+/// The output of the handler's step named `credit_account`, typed.
+const CREDIT: Output<Credit> = Output::new("credit_account");
 
 /// Credits the customer. Transactional: its write commits in the same
 /// transaction as its mark, so it happens exactly once.
@@ -22,17 +50,18 @@ impl Step for CreditAccount {
     }
 
     async fn run(&self, ctx: &mut StepContext<'_>) -> StepResult {
-        let invoice = &ctx.event().payload["data"]["object"];
-        let customer = invoice["customer"].as_str().unwrap_or_default().to_owned();
-        let amount = invoice["amount_paid"].as_i64().unwrap_or(0);
+        // A payload that does not decode parks the event with serde's message.
+        let invoice = ctx.payload::<InvoiceEvent>()?.data.object;
         // SQL both backends accept, in the engine's own transaction.
         ctx.transaction()?
             .query("UPDATE accounts SET balance = balance + $1 WHERE id = $2")
-            .bind(amount)
-            .bind(customer)
+            .bind(invoice.amount_paid)
+            .bind(invoice.customer)
             .execute()
             .await?;
-        Ok(json!({ "credited": amount }))
+        tickmark::output(&Credit {
+            credited: invoice.amount_paid,
+        })
     }
 }
 
@@ -44,12 +73,16 @@ struct SendReceipt;
 #[typetag::serde(name = "send_receipt")]
 #[async_trait::async_trait]
 impl Step for SendReceipt {
+    fn reads(&self) -> Vec<&str> {
+        vec![CREDIT.step()] // Engine::new checks that a step before this one has the name
+    }
+
     async fn run(&self, ctx: &mut StepContext<'_>) -> StepResult {
-        let credit: serde_json::Value = ctx.output_as("credit_account")?; // the step before
+        let credit = ctx.output_of(CREDIT)?;
         let key = ctx.idempotency_key();
         println!(
             "receipt for {} cents, Idempotency-Key: {key}",
-            credit["credited"]
+            credit.credited
         );
         Ok(json!({ "sent": true }))
     }

@@ -63,6 +63,10 @@ impl EnqueueWebhook {
 #[typetag::serde(name = "tickmark.enqueue_webhook")]
 #[async_trait::async_trait]
 impl Step for EnqueueWebhook {
+    fn reads(&self) -> Vec<&str> {
+        self.payload.reads_step().into_iter().collect()
+    }
+
     async fn run(&self, ctx: &mut StepContext<'_>) -> StepResult {
         if let Ok(endpoints) = ctx.resource::<OutboxEndpoints>() {
             if endpoints.get(&self.endpoint).is_none() {

@@ -17,6 +17,7 @@ pub mod retries;
 pub mod running;
 pub mod shutdown;
 pub mod tombstones;
+pub mod typed;
 pub mod waits;
 
 use std::time::Duration;
@@ -143,6 +144,10 @@ macro_rules! conformance_suite {
             admin::events_are_listed_and_looked_up_by_number_or_key,
             portable_sql::a_transactional_step_written_once_runs_on_either_backend,
             portable_sql::an_engine_transaction_dropped_uncommitted_rolls_back,
+            typed::a_payload_that_does_not_decode_parks_until_a_fixed_build_is_retried,
+            typed::a_question_mark_on_a_serde_error_parks_after_one_attempt,
+            typed::a_typed_output_is_read_only_when_declared,
+            typed::a_read_of_a_missing_or_later_step_is_refused_by_engine_new,
         );
     };
     (@cases $backend:expr; $($module:ident :: $case:ident),+ $(,)?) => {
