@@ -33,10 +33,10 @@ use sqlx::{Row, Sqlite, SqliteConnection, Transaction};
 use tokio::sync::{watch, Mutex, OwnedMutexGuard};
 
 use super::{
-    app_connection, decode, AfterFailure, AppConnection, Backend, ClaimParams, ClaimedEvent, Clock, EventCounts, EventInsert,
-    EventRecord, InsertOutcome, Lease, MarkDone, MarkFailed, PlanGroup, RateTake, RateTaken,
-    Release, SequenceCheck, StepStatus, StepTransaction, Store, StoreError, WaitSettled, WaitStep,
-    Wakeups,
+    app_connection, decode, AfterFailure, AppConnection, Backend, ClaimParams, ClaimedEvent, Clock,
+    EventCounts, EventInsert, EventRecord, InsertOutcome, Lease, MarkDone, MarkFailed, PlanGroup,
+    RateTake, RateTaken, Release, SequenceCheck, StepStatus, StepTransaction, Store, StoreError,
+    WaitSettled, WaitStep, Wakeups,
 };
 use crate::event::{Event, EventState};
 use crate::store::group_commit::{copy_error, FlushFn, GroupCommit, Overlap};
