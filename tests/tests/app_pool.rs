@@ -502,3 +502,47 @@ async fn sqlite_from_pool_refuses_an_unmigrated_file_and_a_pool_without_wal() {
         "{error}"
     );
 }
+
+/// Processes starting together on a new SQLite file take turns on its
+/// write lock: each migrates or finds the schema applied, none fails.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sqlite_stores_opening_a_new_file_at_once_all_start() {
+    let dir = tempfile::tempdir().unwrap();
+    let url = format!("sqlite://{}", dir.path().join("new.db").display());
+    let mut starts = tokio::task::JoinSet::new();
+    for _ in 0..6 {
+        let url = url.clone();
+        starts.spawn(async move { SqliteStore::connect(&url).await.map(|_| ()) });
+    }
+    while let Some(started) = starts.join_next().await {
+        started.unwrap().expect("every store starts");
+    }
+    let pool = SqlitePool::connect(&url).await.unwrap();
+    assert_eq!(
+        sqlite_count(&pool, "SELECT count(*) FROM tickmark_migrations").await,
+        tickmark_rows_count("sqlite"),
+        "each migration recorded once"
+    );
+}
+
+/// Migrations on one PostgreSQL schema take turns (the transaction's
+/// advisory lock): all succeed, each migration is applied once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_migrations_started_at_once_take_turns() {
+    let Some(schema) = EmptySchema::new().await else {
+        return;
+    };
+    let pool = pg_pool(&schema.url).await;
+    let mut runs = tokio::task::JoinSet::new();
+    for _ in 0..4 {
+        let pool = pool.clone();
+        runs.spawn(async move { tickmark::migrate(&pool).await });
+    }
+    while let Some(run) = runs.join_next().await {
+        run.unwrap().expect("every migrate succeeds");
+    }
+    assert_eq!(
+        pg_count(&pool, "SELECT count(*) FROM tickmark_migrations").await,
+        tickmark_rows_count("postgres")
+    );
+}
