@@ -15,9 +15,9 @@ use tickmark::store::admin::{
 };
 use tickmark::store::sqlite::SqliteStore;
 use tickmark::store::{
-    AppConnection,    Backend, ClaimParams, ClaimedEvent, EventCounts, EventInsert, EventRecord, InsertOutcome,
-    Lease, MarkDone, MarkFailed, PlanGroup, RateTake, RateTaken, Release, SequenceCheck,
-    StepStatus, StepTransaction, Store, StoreError, WaitSettled, WaitStep, Wakeups,
+    AppConnection, Backend, ClaimParams, ClaimedEvent, EventCounts, EventInsert, EventRecord,
+    InsertOutcome, Lease, MarkDone, MarkFailed, PlanGroup, RateTake, RateTaken, Release,
+    SequenceCheck, StepStatus, StepTransaction, Store, StoreError, WaitSettled, WaitStep, Wakeups,
 };
 
 use crate::db::DbThread;

@@ -14,9 +14,9 @@ use std::time::Duration;
 use serde_json::json;
 use sqlx::postgres::{PgPool, PgPoolOptions};
 use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqliteSynchronous};
+use tickmark::store::admin::PruneBatch;
 use tickmark::store::postgres::PostgresStore;
 use tickmark::store::sqlite::SqliteStore;
-use tickmark::store::admin::PruneBatch;
 use tickmark::wait::WaitFor;
 use tickmark::{
     Accepted, Backend, Engine, Handler, Handlers, NewEvent, StepState, Store, StoreError,
@@ -101,7 +101,12 @@ async fn sqlite_app(dir: &Path) -> (SqlitePool, Engine, Probe) {
 }
 
 async fn recorded(engine: &Engine, id: &str) -> bool {
-    engine.store().event_find("shop", id).await.unwrap().is_some()
+    engine
+        .store()
+        .event_find("shop", id)
+        .await
+        .unwrap()
+        .is_some()
 }
 
 #[tokio::test]
@@ -117,7 +122,10 @@ async fn postgres_the_event_commits_with_the_business_write_or_not_at_all() {
         .unwrap();
     let accepted = engine.accept_in(&mut tx, paid("ord_1")).await.unwrap();
     assert!(matches!(accepted, Accepted::New { .. }), "{accepted:?}");
-    assert!(!recorded(&engine, "ord_1").await, "not visible before the commit");
+    assert!(
+        !recorded(&engine, "ord_1").await,
+        "not visible before the commit"
+    );
     tx.commit().await.unwrap();
     assert!(recorded(&engine, "ord_1").await);
     assert_eq!(run_worker(&engine).await, 1);
@@ -131,7 +139,10 @@ async fn postgres_the_event_commits_with_the_business_write_or_not_at_all() {
         .unwrap();
     engine.accept_in(&mut tx, paid("ord_2")).await.unwrap();
     tx.rollback().await.unwrap();
-    assert!(!recorded(&engine, "ord_2").await, "a rollback leaves no event");
+    assert!(
+        !recorded(&engine, "ord_2").await,
+        "a rollback leaves no event"
+    );
     let mut tx = pool.begin().await.unwrap();
     let again = engine.accept_in(&mut tx, paid("ord_2")).await.unwrap();
     assert!(matches!(again, Accepted::New { .. }), "{again:?}");
@@ -210,7 +221,10 @@ async fn postgres_a_debounced_event_is_refused_and_the_transaction_stays_usable(
     let mut tx = pool.begin().await.unwrap();
     let stock = NewEvent::with_id("shop", "stk_1", "stock.changed", json!({ "sku": "A" }));
     let error = engine.accept_in(&mut tx, stock).await.unwrap_err();
-    assert!(matches!(error, StoreError::NotInCallerTransaction(_)), "{error}");
+    assert!(
+        matches!(error, StoreError::NotInCallerTransaction(_)),
+        "{error}"
+    );
     assert!(error.to_string().contains("Engine::accept"), "{error}");
     sqlx::query("INSERT INTO app_orders (id) VALUES ('ord_1')")
         .execute(&mut *tx)
@@ -244,7 +258,10 @@ async fn sqlite_the_event_commits_with_the_business_write_or_not_at_all() {
         .unwrap();
     engine.accept_in(&mut tx, paid("ord_2")).await.unwrap();
     tx.rollback().await.unwrap();
-    assert!(!recorded(&engine, "ord_2").await, "a rollback leaves no event");
+    assert!(
+        !recorded(&engine, "ord_2").await,
+        "a rollback leaves no event"
+    );
     let mut tx = pool.begin_with("BEGIN IMMEDIATE").await.unwrap();
     let again = engine.accept_in(&mut tx, paid("ord_2")).await.unwrap();
     assert!(matches!(again, Accepted::New { .. }), "{again:?}");
@@ -274,7 +291,10 @@ async fn sqlite_a_debounced_event_is_refused_and_the_transaction_stays_usable() 
     let mut tx = pool.begin_with("BEGIN IMMEDIATE").await.unwrap();
     let stock = NewEvent::with_id("shop", "stk_1", "stock.changed", json!({ "sku": "A" }));
     let error = engine.accept_in(&mut tx, stock).await.unwrap_err();
-    assert!(matches!(error, StoreError::NotInCallerTransaction(_)), "{error}");
+    assert!(
+        matches!(error, StoreError::NotInCallerTransaction(_)),
+        "{error}"
+    );
     sqlx::query("INSERT INTO app_orders (id) VALUES ('ord_1')")
         .execute(&mut *tx)
         .await
@@ -294,7 +314,10 @@ async fn a_connection_of_the_other_backend_is_refused() {
     let pg = PgPoolOptions::new().connect(&schema.url).await.unwrap();
     let mut tx = pg.begin().await.unwrap();
     let error = engine.accept_in(&mut tx, paid("ord_1")).await.unwrap_err();
-    assert!(matches!(error, StoreError::NotInCallerTransaction(_)), "{error}");
+    assert!(
+        matches!(error, StoreError::NotInCallerTransaction(_)),
+        "{error}"
+    );
 }
 
 /// `event` accepted in a transaction of the application's on `db` (a pool
@@ -366,7 +389,10 @@ async fn accept_in_decides_as_accept_does(db: TestDb) {
         replay_key: Some("sig_1".into()),
         ..NewEvent::with_id("shop", "evt_a", "order.paid", json!({}))
     };
-    assert!(matches!(engine.accept(first).await.unwrap(), Accepted::New { .. }));
+    assert!(matches!(
+        engine.accept(first).await.unwrap(),
+        Accepted::New { .. }
+    ));
     let replayed = NewEvent {
         replay_key: Some("sig_1".into()),
         ..NewEvent::with_id("shop", "evt_b", "order.paid", json!({}))
@@ -396,7 +422,10 @@ async fn accept_in_decides_as_accept_does(db: TestDb) {
     let accepted = accept_in_committed(&db, &engine, payment).await;
     assert!(matches!(accepted, Accepted::Ignored { .. }), "{accepted:?}");
     let woken = db.store.event_get(order).await.unwrap().unwrap();
-    assert!(woken.due_at <= chrono::Utc::now(), "the accept woke the order");
+    assert!(
+        woken.due_at <= chrono::Utc::now(),
+        "the accept woke the order"
+    );
     engine
         .worker(quick_worker("w2"))
         .unwrap()

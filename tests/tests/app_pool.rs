@@ -11,8 +11,9 @@ use std::sync::Arc;
 
 use serde_json::json;
 use sqlx::migrate::Migrator;
-use sqlx::postgres::{PgPool, PgPoolOptions};
+use sqlx::postgres::{PgConnection, PgPool, PgPoolOptions};
 use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqliteSynchronous};
+use sqlx::Connection;
 use tickmark::store::migration::MigrationError;
 use tickmark::store::postgres::PostgresStore;
 use tickmark::store::sqlite::SqliteStore;
@@ -97,14 +98,24 @@ async fn postgres_the_apps_migrations_first_then_tickmarks_then_the_apps_again()
     };
     let pool = pg_pool(&schema.url).await;
     let app = app_migrator("postgres").await;
-    app.run(&pool).await.expect("the app migrates a fresh schema");
+    app.run(&pool)
+        .await
+        .expect("the app migrates a fresh schema");
 
-    tickmark::migrate(&pool).await.expect("tickmark migrates beside the app");
-    let store = PostgresStore::from_pool(pool.clone()).await.expect("from_pool");
+    tickmark::migrate(&pool)
+        .await
+        .expect("tickmark migrates beside the app");
+    let store = PostgresStore::from_pool(pool.clone())
+        .await
+        .expect("from_pool");
     accept_and_run(Arc::new(store), &schema.url).await;
 
-    app.run(&pool).await.expect("the app's migrator runs again, clean");
-    tickmark::migrate(&pool).await.expect("and tickmark's, idempotent");
+    app.run(&pool)
+        .await
+        .expect("the app's migrator runs again, clean");
+    tickmark::migrate(&pool)
+        .await
+        .expect("and tickmark's, idempotent");
     assert_eq!(
         pg_count(&pool, "SELECT count(*) FROM _sqlx_migrations").await,
         2,
@@ -122,10 +133,16 @@ async fn postgres_tickmarks_migrations_first_then_the_apps() {
         return;
     };
     let pool = pg_pool(&schema.url).await;
-    tickmark::migrate(&pool).await.expect("tickmark migrates a fresh schema");
+    tickmark::migrate(&pool)
+        .await
+        .expect("tickmark migrates a fresh schema");
     let app = app_migrator("postgres").await;
-    app.run(&pool).await.expect("then the app's migrator, clean");
-    let store = PostgresStore::from_pool(pool.clone()).await.expect("from_pool");
+    app.run(&pool)
+        .await
+        .expect("then the app's migrator, clean");
+    let store = PostgresStore::from_pool(pool.clone())
+        .await
+        .expect("from_pool");
     accept_and_run(Arc::new(store), &schema.url).await;
     app.run(&pool).await.expect("the app's migrator again");
     tickmark::migrate(&pool).await.expect("tickmark's again");
@@ -149,20 +166,35 @@ async fn postgres_an_earlier_tickmarks_history_is_adopted_and_the_apps_rows_kept
         .expect("the earlier tickmark migrates");
     let mut tolerant = app_migrator("postgres").await;
     tolerant.set_ignore_missing(true);
-    tolerant.run(&pool).await.expect("the app, ignoring tickmark's rows");
+    tolerant
+        .run(&pool)
+        .await
+        .expect("the app, ignoring tickmark's rows");
     let tickmark_rows = tickmark::store::postgres::schema_version();
     let shared = "SELECT count(*) FROM _sqlx_migrations";
-    assert_eq!(pg_count(&pool, shared).await, tickmark_rows_count("postgres") + 2);
+    assert_eq!(
+        pg_count(&pool, shared).await,
+        tickmark_rows_count("postgres") + 2
+    );
     let strict = app_migrator("postgres").await;
+    // On a connection of its own, closed after: sqlx's migrator returns
+    // this error without releasing its session lock, which is one for the
+    // whole database (every test's schema), and would hold up the other
+    // tests' migrators until the connection closed.
+    let mut alone = PgConnection::connect(&schema.url).await.unwrap();
     assert!(
-        strict.run(&pool).await.is_err(),
+        strict.run(&mut alone).await.is_err(),
         "before: the app's strict migrator trips on tickmark's rows"
     );
+    alone.close().await.unwrap();
 
     // The store refuses until migrated: the history is still the old one.
     let refused = PostgresStore::from_pool(pool.clone()).await.unwrap_err();
     assert!(
-        matches!(refused, StoreError::Migration(MigrationError::Unmigrated { recorded: None, .. })),
+        matches!(
+            refused,
+            StoreError::Migration(MigrationError::Unmigrated { recorded: None, .. })
+        ),
         "{refused}"
     );
 
@@ -181,8 +213,13 @@ async fn postgres_an_earlier_tickmarks_history_is_adopted_and_the_apps_rows_kept
         tickmark_rows_count("postgres")
     );
     assert_eq!(pg_tickmark_newest(&pool).await, tickmark_rows);
-    strict.run(&pool).await.expect("the app's strict migrator runs clean now");
-    let store = PostgresStore::from_pool(pool.clone()).await.expect("from_pool");
+    strict
+        .run(&pool)
+        .await
+        .expect("the app's strict migrator runs clean now");
+    let store = PostgresStore::from_pool(pool.clone())
+        .await
+        .expect("from_pool");
     accept_and_run(Arc::new(store), &schema.url).await;
 }
 
@@ -213,7 +250,10 @@ async fn postgres_from_pool_refuses_an_unmigrated_schema_and_says_to_migrate() {
     let pool = pg_pool(&schema.url).await;
     let error = PostgresStore::from_pool(pool.clone()).await.unwrap_err();
     assert!(
-        matches!(error, StoreError::Migration(MigrationError::Unmigrated { recorded: None, .. })),
+        matches!(
+            error,
+            StoreError::Migration(MigrationError::Unmigrated { recorded: None, .. })
+        ),
         "{error}"
     );
     let said = error.to_string();
@@ -240,18 +280,19 @@ async fn postgres_a_newer_or_edited_schema_is_refused_with_what_to_do() {
     tickmark::migrate(&pool).await.unwrap();
     let known = tickmark::store::postgres::schema_version();
 
-    sqlx::query(
-        "UPDATE tickmark_migrations SET checksum = '\\x00'::bytea WHERE version = 1",
-    )
-    .execute(&pool)
-    .await
-    .unwrap();
+    sqlx::query("UPDATE tickmark_migrations SET checksum = '\\x00'::bytea WHERE version = 1")
+        .execute(&pool)
+        .await
+        .unwrap();
     for error in [
         tickmark::migrate(&pool).await.unwrap_err(),
         PostgresStore::from_pool(pool.clone()).await.unwrap_err(),
     ] {
         assert!(
-            matches!(error, StoreError::Migration(MigrationError::ChecksumMismatch { version: 1, .. })),
+            matches!(
+                error,
+                StoreError::Migration(MigrationError::ChecksumMismatch { version: 1, .. })
+            ),
             "{error}"
         );
         assert!(error.to_string().contains("was edited"), "{error}");
@@ -297,7 +338,9 @@ async fn postgres_from_pool_refuses_a_pool_whose_sessions_are_not_read_committed
     let Some(schema) = EmptySchema::new().await else {
         return;
     };
-    tickmark::migrate(&pg_pool(&schema.url).await).await.unwrap();
+    tickmark::migrate(&pg_pool(&schema.url).await)
+        .await
+        .unwrap();
     let pool = PgPoolOptions::new()
         .max_connections(2)
         .after_connect(|conn, _| {
@@ -344,17 +387,28 @@ async fn sqlite_the_apps_migrations_and_tickmarks_in_either_order() {
         let pool = sqlite_pool(&path).await;
         let app = app_migrator("sqlite").await;
         if tickmark_first {
-            tickmark::migrate(&pool).await.expect("tickmark migrates a new file");
-            app.run(&pool).await.expect("then the app's migrator, clean");
+            tickmark::migrate(&pool)
+                .await
+                .expect("tickmark migrates a new file");
+            app.run(&pool)
+                .await
+                .expect("then the app's migrator, clean");
         } else {
             app.run(&pool).await.expect("the app migrates a new file");
-            tickmark::migrate(&pool).await.expect("then tickmark's, beside it");
+            tickmark::migrate(&pool)
+                .await
+                .expect("then tickmark's, beside it");
         }
-        let store = SqliteStore::from_pool(pool.clone()).await.expect("from_pool");
+        let store = SqliteStore::from_pool(pool.clone())
+            .await
+            .expect("from_pool");
         accept_and_run(Arc::new(store), &url).await;
         app.run(&pool).await.expect("the app's migrator again");
         tickmark::migrate(&pool).await.expect("tickmark's again");
-        assert_eq!(sqlite_count(&pool, "SELECT count(*) FROM _sqlx_migrations").await, 2);
+        assert_eq!(
+            sqlite_count(&pool, "SELECT count(*) FROM _sqlx_migrations").await,
+            2
+        );
         assert_eq!(
             sqlite_count(&pool, "SELECT max(version) FROM tickmark_migrations").await,
             tickmark::store::sqlite::schema_version()
@@ -368,21 +422,36 @@ async fn sqlite_an_earlier_tickmarks_history_is_adopted_and_the_apps_rows_kept()
     let path = dir.path().join("app.db");
     let url = format!("sqlite://{}", path.display());
     let pool = sqlite_pool(&path).await;
-    earlier_tickmark_migrator("sqlite").await.run(&pool).await.unwrap();
+    earlier_tickmark_migrator("sqlite")
+        .await
+        .run(&pool)
+        .await
+        .unwrap();
     let mut tolerant = app_migrator("sqlite").await;
     tolerant.set_ignore_missing(true);
     tolerant.run(&pool).await.unwrap();
     let strict = app_migrator("sqlite").await;
-    assert!(strict.run(&pool).await.is_err(), "before: the app's migrator trips");
+    assert!(
+        strict.run(&pool).await.is_err(),
+        "before: the app's migrator trips"
+    );
 
     tickmark::migrate(&pool).await.expect("adopts and migrates");
-    assert_eq!(sqlite_count(&pool, "SELECT count(*) FROM _sqlx_migrations").await, 2);
+    assert_eq!(
+        sqlite_count(&pool, "SELECT count(*) FROM _sqlx_migrations").await,
+        2
+    );
     assert_eq!(
         sqlite_count(&pool, "SELECT count(*) FROM tickmark_migrations").await,
         tickmark_rows_count("sqlite")
     );
-    strict.run(&pool).await.expect("the app's migrator runs clean now");
-    let store = SqliteStore::from_pool(pool.clone()).await.expect("from_pool");
+    strict
+        .run(&pool)
+        .await
+        .expect("the app's migrator runs clean now");
+    let store = SqliteStore::from_pool(pool.clone())
+        .await
+        .expect("from_pool");
     accept_and_run(Arc::new(store), &url).await;
 }
 
@@ -392,10 +461,16 @@ async fn sqlite_from_pool_refuses_an_unmigrated_file_and_a_pool_without_wal() {
     let pool = sqlite_pool(&dir.path().join("app.db")).await;
     let error = SqliteStore::from_pool(pool.clone()).await.unwrap_err();
     assert!(
-        matches!(error, StoreError::Migration(MigrationError::Unmigrated { recorded: None, .. })),
+        matches!(
+            error,
+            StoreError::Migration(MigrationError::Unmigrated { recorded: None, .. })
+        ),
         "{error}"
     );
-    assert!(error.to_string().contains("tickmark::migrate(&pool)"), "{error}");
+    assert!(
+        error.to_string().contains("tickmark::migrate(&pool)"),
+        "{error}"
+    );
 
     let other = dir.path().join("rollback-journal.db");
     let options = SqliteConnectOptions::from_str(&format!("sqlite://{}", other.display()))
@@ -409,7 +484,10 @@ async fn sqlite_from_pool_refuses_an_unmigrated_file_and_a_pool_without_wal() {
         matches!(&error, StoreError::UnsuitablePool { setting: "journal_mode", found, .. } if found == "delete"),
         "{error}"
     );
-    assert!(error.to_string().contains("SqliteJournalMode::Wal"), "{error}");
+    assert!(
+        error.to_string().contains("SqliteJournalMode::Wal"),
+        "{error}"
+    );
 
     let normal = dir.path().join("normal.db");
     let options = SqliteConnectOptions::from_str(&format!("sqlite://{}", normal.display()))
@@ -421,7 +499,57 @@ async fn sqlite_from_pool_refuses_an_unmigrated_file_and_a_pool_without_wal() {
     tickmark::migrate(&pool).await.unwrap();
     let error = SqliteStore::from_pool(pool).await.unwrap_err();
     assert!(
-        matches!(&error, StoreError::UnsuitablePool { setting: "synchronous", .. }),
+        matches!(
+            &error,
+            StoreError::UnsuitablePool {
+                setting: "synchronous",
+                ..
+            }
+        ),
         "{error}"
+    );
+}
+
+/// Processes starting together on a new SQLite file take turns on its
+/// write lock: each migrates or finds the schema applied, none fails.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sqlite_stores_opening_a_new_file_at_once_all_start() {
+    let dir = tempfile::tempdir().unwrap();
+    let url = format!("sqlite://{}", dir.path().join("new.db").display());
+    let mut starts = tokio::task::JoinSet::new();
+    for _ in 0..6 {
+        let url = url.clone();
+        starts.spawn(async move { SqliteStore::connect(&url).await.map(|_| ()) });
+    }
+    while let Some(started) = starts.join_next().await {
+        started.unwrap().expect("every store starts");
+    }
+    let pool = SqlitePool::connect(&url).await.unwrap();
+    assert_eq!(
+        sqlite_count(&pool, "SELECT count(*) FROM tickmark_migrations").await,
+        tickmark_rows_count("sqlite"),
+        "each migration recorded once"
+    );
+}
+
+/// Migrations on one PostgreSQL schema take turns (the transaction's
+/// advisory lock): all succeed, each migration is applied once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_migrations_started_at_once_take_turns() {
+    let Some(schema) = EmptySchema::new().await else {
+        return;
+    };
+    let pool = pg_pool(&schema.url).await;
+    let mut runs = tokio::task::JoinSet::new();
+    for _ in 0..4 {
+        let pool = pool.clone();
+        runs.spawn(async move { tickmark::migrate(&pool).await });
+    }
+    while let Some(run) = runs.join_next().await {
+        run.unwrap().expect("every migrate succeeds");
+    }
+    assert_eq!(
+        pg_count(&pool, "SELECT count(*) FROM tickmark_migrations").await,
+        tickmark_rows_count("postgres")
     );
 }

@@ -90,11 +90,14 @@ impl PlannedEvent<'_> {
             resource_seq: self.resource_seq,
             limit_key: self.limit.as_ref().map(|(key, _)| key.as_str()),
             limit_n: self.limit.as_ref().map(|(_, n)| *n),
-            debounce: self.debounce.as_ref().map(|(debounce, key)| DebounceInsert {
-                key,
-                window: debounce.window,
-                max_wait: debounce.max_wait,
-            }),
+            debounce: self
+                .debounce
+                .as_ref()
+                .map(|(debounce, key)| DebounceInsert {
+                    key,
+                    window: debounce.window,
+                    max_wait: debounce.max_wait,
+                }),
             match_keys: &self.match_keys,
         }
     }

@@ -38,7 +38,9 @@ pub enum StoreError {
     /// A store on the application's own pool (`from_pool`) found a setting
     /// of the pool's connections that tickmark's statements cannot run
     /// under; tickmark's own pool sets it on each connection.
-    #[error("the application's pool has `{setting}` = `{found}`, and tickmark needs `{needed}`: {fix}")]
+    #[error(
+        "the application's pool has `{setting}` = `{found}`, and tickmark needs `{needed}`: {fix}"
+    )]
     UnsuitablePool {
         /// The setting (a PostgreSQL parameter, a SQLite pragma).
         setting: &'static str,

@@ -94,8 +94,8 @@ fn check_known(
         });
     }
     for row in recorded {
-        if let Some(edited) =
-            embedded(migrator).find(|m| m.version == row.version && m.checksum[..] != row.checksum[..])
+        if let Some(edited) = embedded(migrator)
+            .find(|m| m.version == row.version && m.checksum[..] != row.checksum[..])
         {
             return Err(MigrationError::ChecksumMismatch {
                 backend,
@@ -140,11 +140,15 @@ mod tests {
     fn only_the_unrecorded_migrations_are_pending() {
         let migrator = migrator();
         let one = row(&migrator, 1);
-        let pending = pending(Backend::Sqlite, &migrator, &[one.clone()]).unwrap();
+        let pending = pending(Backend::Sqlite, &migrator, std::slice::from_ref(&one)).unwrap();
         assert_eq!(pending.iter().map(|m| m.version).collect::<Vec<_>>(), [2]);
         assert!(matches!(
             current(Backend::Sqlite, &migrator, &[one]),
-            Err(MigrationError::Unmigrated { recorded: Some(1), needed: 2, .. })
+            Err(MigrationError::Unmigrated {
+                recorded: Some(1),
+                needed: 2,
+                ..
+            })
         ));
         let all = [row(&migrator, 1), row(&migrator, 2)];
         current(Backend::Sqlite, &migrator, &all).unwrap();
@@ -153,10 +157,20 @@ mod tests {
     #[test]
     fn a_migration_this_build_does_not_know_is_a_newer_schema() {
         let migrator = migrator();
-        let newer = Recorded { version: 7, checksum: vec![0] };
+        let newer = Recorded {
+            version: 7,
+            checksum: vec![0],
+        };
         let error = pending(Backend::Postgres, &migrator, &[row(&migrator, 1), newer]).unwrap_err();
         assert!(
-            matches!(error, MigrationError::NewerSchema { recorded: 7, known: 2, .. }),
+            matches!(
+                error,
+                MigrationError::NewerSchema {
+                    recorded: 7,
+                    known: 2,
+                    ..
+                }
+            ),
             "{error}"
         );
         let said = error.to_string();
@@ -166,7 +180,10 @@ mod tests {
     #[test]
     fn an_edited_migration_is_named() {
         let migrator = migrator();
-        let edited = Recorded { version: 2, checksum: vec![1, 2, 3] };
+        let edited = Recorded {
+            version: 2,
+            checksum: vec![1, 2, 3],
+        };
         let error = pending(Backend::Postgres, &migrator, &[edited]).unwrap_err();
         assert!(
             matches!(&error, MigrationError::ChecksumMismatch { version: 2, description, .. } if description == "m2"),
@@ -177,8 +194,14 @@ mod tests {
     #[test]
     fn only_rows_with_tickmarks_number_and_checksum_are_adopted() {
         let migrator = migrator();
-        let apps_own = Recorded { version: 2, checksum: vec![9] };
-        let unrelated = Recorded { version: 20240101, checksum: vec![9] };
+        let apps_own = Recorded {
+            version: 2,
+            checksum: vec![9],
+        };
+        let unrelated = Recorded {
+            version: 20240101,
+            checksum: vec![9],
+        };
         let adopted: Vec<i64> = adoptable(&migrator, &[row(&migrator, 1), apps_own, unrelated])
             .map(|m| m.version)
             .collect();

@@ -54,9 +54,10 @@ pub(super) async fn begin(pool: &PgPool) -> Result<Transaction<'static, Postgres
 /// cannot run [`SESSION_DEFAULT`] on connect: refuse a pool whose sessions
 /// default to another level (checked on one of its connections).
 pub(super) async fn check_pool_default(pool: &PgPool) -> Result<(), crate::store::StoreError> {
-    let level: String = sqlx::query_scalar("SELECT current_setting('default_transaction_isolation')")
-        .fetch_one(pool)
-        .await?;
+    let level: String =
+        sqlx::query_scalar("SELECT current_setting('default_transaction_isolation')")
+            .fetch_one(pool)
+            .await?;
     if level == "read committed" {
         return Ok(());
     }

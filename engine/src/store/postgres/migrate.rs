@@ -15,7 +15,6 @@
 //! pooler keeps the server connection after its client has gone, so
 //! through a transaction pooler the next start waited for ever.
 
-use std::sync::LazyLock;
 use std::time::Instant;
 
 use sqlx::migrate::{Migration, Migrator};
@@ -29,7 +28,7 @@ use crate::store::{Backend, StoreError};
 // `engine/migrations` is a symlink to the workspace's `migrations/`: one copy
 // of the SQL, which `cargo package` follows into the published crate. Only
 // the embedded migrations are read from it: tickmark runs them itself.
-static MIGRATOR: LazyLock<Migrator> = LazyLock::new(|| sqlx::migrate!("migrations/postgres"));
+static MIGRATOR: Migrator = sqlx::migrate!("migrations/postgres");
 
 /// This build's migrations, in order.
 pub(super) fn migrations() -> &'static [Migration] {

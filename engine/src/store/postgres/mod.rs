@@ -21,10 +21,10 @@ use sqlx::postgres::{PgListener, PgPool, PgPoolOptions, PgRow};
 use sqlx::Row;
 
 use super::{
-    app_connection, decode, AfterFailure, AppConnection, Backend, ClaimParams, ClaimedEvent, EventCounts, EventInsert,
-    EventRecord, InsertOutcome, Lease, MarkDone, MarkFailed, PlanGroup, RateTake, RateTaken,
-    Release, SequenceCheck, StepStatus, StepTransaction, Store, StoreError, WaitSettled, WaitStep,
-    Wakeups,
+    app_connection, decode, AfterFailure, AppConnection, Backend, ClaimParams, ClaimedEvent,
+    EventCounts, EventInsert, EventRecord, InsertOutcome, Lease, MarkDone, MarkFailed, PlanGroup,
+    RateTake, RateTaken, Release, SequenceCheck, StepStatus, StepTransaction, Store, StoreError,
+    WaitSettled, WaitStep, Wakeups,
 };
 use crate::event::Event;
 use crate::store::group_commit::{copy_error, FlushFn, GroupCommit, Overlap};

@@ -21,9 +21,9 @@
 //!   so two clients' names meet on a shared server), each transaction
 //!   runs `DEALLOCATE ALL` right after its `BEGIN`, in the same round trip;
 //! - takes only transaction-scoped advisory locks (all of tickmark's are,
-//!   `pg_advisory_xact_lock`, the migrations' too: sqlx's session lock is
-//!   off), and runs the migrations in one transaction
-//!   (`PostgresStore::migrate`): a session lock that a failed migration
+//!   `pg_advisory_xact_lock`, the migrations' too: tickmark runs them
+//!   itself, without sqlx's session lock), and runs the migrations in one
+//!   transaction (`postgres/migrate.rs`): a session lock that a failed migration
 //!   left on a server connection would outlive its client there;
 //! - sets no session state (the isolation level is set per transaction);
 //! - `LISTEN`s on a connection of its own to `listen_url`, a URL that

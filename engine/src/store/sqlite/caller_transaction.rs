@@ -38,7 +38,8 @@ impl SqliteStore {
         } else {
             conn.begin_with("BEGIN IMMEDIATE").await?
         };
-        let outcome = insert_one(&mut savepoint, &event.to_owned_insert(), self.clock.now()).await?;
+        let outcome =
+            insert_one(&mut savepoint, &event.to_owned_insert(), self.clock.now()).await?;
         savepoint.commit().await?;
         Ok(outcome)
     }

@@ -33,10 +33,10 @@ use sqlx::{Row, Sqlite, SqliteConnection, Transaction};
 use tokio::sync::{watch, Mutex, OwnedMutexGuard};
 
 use super::{
-    app_connection, decode, AfterFailure, AppConnection, Backend, ClaimParams, ClaimedEvent, Clock, EventCounts, EventInsert,
-    EventRecord, InsertOutcome, Lease, MarkDone, MarkFailed, PlanGroup, RateTake, RateTaken,
-    Release, SequenceCheck, StepStatus, StepTransaction, Store, StoreError, WaitSettled, WaitStep,
-    Wakeups,
+    app_connection, decode, AfterFailure, AppConnection, Backend, ClaimParams, ClaimedEvent, Clock,
+    EventCounts, EventInsert, EventRecord, InsertOutcome, Lease, MarkDone, MarkFailed, PlanGroup,
+    RateTake, RateTaken, Release, SequenceCheck, StepStatus, StepTransaction, Store, StoreError,
+    WaitSettled, WaitStep, Wakeups,
 };
 use crate::event::{Event, EventState};
 use crate::store::group_commit::{copy_error, FlushFn, GroupCommit, Overlap};
@@ -101,10 +101,7 @@ impl SqliteStore {
             .synchronous(SqliteSynchronous::Full)
             .busy_timeout(options.busy_timeout)
             .foreign_keys(true);
-        let pool = SqlitePoolOptions::new()
-            .max_connections(options.max_connections)
-            .connect_with(connect)
-            .await?;
+        let pool = open_pool(connect, options.max_connections).await?;
         let store = Self::on(pool, options.clock);
         store.migrate().await?;
         Ok(store)
@@ -285,6 +282,37 @@ impl SqliteStore {
             .send_modify(|count| *count = count.wrapping_add(1));
     }
 }
+
+/// Open the pool (its first connection, with the pragmas). Several
+/// processes opening a new file at once may see "database is locked" here
+/// at once, `busy_timeout` notwithstanding (seen by
+/// `app_pool::sqlite_stores_opening_a_new_file_at_once_all_start`, about
+/// one run in twenty under load, while another process switched the new
+/// file to WAL): retried a few times, as the migration is.
+async fn open_pool(
+    connect: SqliteConnectOptions,
+    max_connections: u32,
+) -> Result<SqlitePool, StoreError> {
+    let mut tries = 1;
+    loop {
+        let opened = SqlitePoolOptions::new()
+            .max_connections(max_connections)
+            .connect_with(connect.clone())
+            .await
+            .map_err(StoreError::from);
+        match opened {
+            Err(error) if error.is_transient() && tries < OPEN_TRIES => {
+                tracing::debug!(%error, "opening the file raced another process; retrying");
+                tokio::time::sleep(Duration::from_millis(100 * u64::from(tries))).await;
+                tries += 1;
+            }
+            opened => return opened,
+        }
+    }
+}
+
+/// How often opening the file is tried when another process holds its lock.
+const OPEN_TRIES: u32 = 4;
 
 /// A due row as the claim's look-up answers it.
 type DueRow = (i64, String, Option<String>, Option<i32>, i64);
