@@ -18,7 +18,7 @@ use receiver_support::{assert_answer, now, record_everything, unsigned, Kind};
 use tickmark::receiver::{ReceiverConfigError, StartupWarning, DEFAULT_PATH};
 use tickmark::{Backend, Engine, EventState, Handler, Handlers, Receiver};
 use tickmark_tests::conformance::engine;
-use tickmark_tests::http_client::{HttpClient, LoopbackServer, Outgoing, Reply};
+use tickmark_tests::http_client::{oneshot, HttpClient, LoopbackServer, Outgoing, Reply};
 use tickmark_tests::test_steps::Record;
 use tickmark_tests::TestDb;
 
@@ -247,6 +247,34 @@ async fn a_custom_path_template(backend: Backend) {
         405,
         "rejected",
         Some("method_not_allowed"),
+    );
+}
+
+/// A template at the root (`/{source}`) serves alone next to `/healthz`:
+/// the static route wins for `/healthz`, every other name is a source.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_template_at_the_root_leaves_healthz_alone() {
+    let db = TestDb::sqlite().await;
+    let router = Receiver::new(engine(&db, record_everything()))
+        .path("/{source}")
+        .and_then(|receiver| receiver.source("stripe", Kind::Stripe.provider()))
+        .expect("a valid receiver")
+        .standalone_router();
+    let mut delivery = Kind::Stripe.delivery(Kind::Stripe.secret(), "evt_root", now());
+    delivery.path = "/stripe".into();
+    assert_answer(&oneshot(&router, &delivery).await, 200, "new", None);
+    assert_answer(
+        &oneshot(&router, &Outgoing::get("/healthz")).await,
+        200,
+        "ok",
+        None,
+    );
+    delivery.path = "/paypal".into();
+    assert_answer(
+        &oneshot(&router, &delivery).await,
+        404,
+        "rejected",
+        Some("unknown_source"),
     );
 }
 

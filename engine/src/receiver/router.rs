@@ -61,8 +61,9 @@ fn delivery(path: &str, limits: Limits) -> Router<Arc<Shared>> {
         )
 }
 
-/// `POST /hooks/{source}` (or the template's path): find the source, then handle the delivery in a
-/// span that names it (and, once verified, the event id and kind).
+/// `POST /hooks/{source}` (or the template's path): find the source, then
+/// handle the delivery in a span that names it (and, once verified, the
+/// event id and kind).
 async fn deliver(
     State(shared): State<Arc<Shared>>,
     source: Result<Path<String>, PathRejection>,
