@@ -675,6 +675,48 @@ async fn outbox_dead_letters_a_delivery_refused_with_400(db: TestDb) {
     );
 }
 
+/// A ready-made step whose value comes from an earlier step's output names
+/// it in `reads()`: `Engine::new` refuses a handler in which that step comes
+/// later or does not exist, before any event runs.
+async fn a_value_from_a_step_not_before_it_is_refused_by_engine_new(db: TestDb) {
+    let refusal = |handler: Handler| {
+        Engine::new(
+            db.store.clone(),
+            Handlers::new().on("shop", "order.paid", handler),
+        )
+        .map(|_| ())
+        .unwrap_err()
+        .to_string()
+    };
+    let later = refusal(
+        Handler::new()
+            .named_step(
+                "note",
+                HttpCall::put("http://h/notes").body(ValueFrom::output("charge", "/body")),
+            )
+            .named_step("charge", HttpCall::post("http://h/charges")),
+    );
+    assert!(
+        later.contains("step `note` of (shop, order.paid) reads the output of step `charge`"),
+        "{later}"
+    );
+    let typo = refusal(
+        Handler::new()
+            .named_step("render", HttpCall::get("http://h/render"))
+            .step(WriteFile::new(ValueFrom::output("rendr", "/body"))),
+    );
+    assert!(
+        typo.contains("named `rendr`; the steps before it: [render]"),
+        "{typo}"
+    );
+    let outbox = refusal(Handler::new().step(EnqueueWebhook::new(
+        "customer",
+        "order.reserved",
+        ValueFrom::output("reserve", "/body"),
+    )));
+    assert!(outbox.contains("named `reserve`"), "{outbox}");
+}
+
 macro_rules! on_both_backends {
     ($($case:ident),+ $(,)?) => {
         mod sqlite {
@@ -707,4 +749,5 @@ on_both_backends!(
     write_file_keeps_two_sources_with_one_id_apart,
     outbox_enqueues_once_and_delivers_once_after_a_500,
     outbox_dead_letters_a_delivery_refused_with_400,
+    a_value_from_a_step_not_before_it_is_refused_by_engine_new,
 );
