@@ -41,6 +41,11 @@ pub enum Error {
     #[cfg_attr(docsrs, doc(cfg(feature = "receiver")))]
     #[error(transparent)]
     Provider(#[from] crate::receiver::providers::ConfigError),
+    /// A receiver's source name or path template is wrong.
+    #[cfg(feature = "receiver")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "receiver")))]
+    #[error(transparent)]
+    Receiver(#[from] crate::receiver::ReceiverConfigError),
     /// A receiver's public base URL is not one.
     #[cfg(feature = "receiver")]
     #[cfg_attr(docsrs, doc(cfg(feature = "receiver")))]

@@ -726,25 +726,10 @@ impl Registry {
         kinds
     }
 
-    /// Every kind a handler names for `source` (on `source` or on `*`),
-    /// sorted; not `*` itself.
-    pub fn handled_kinds(&self, source: &str) -> Vec<&str> {
-        let mut kinds: Vec<&str> = [source, ANY]
-            .iter()
-            .filter_map(|s| self.by_source.get(*s))
-            .flat_map(|kinds| kinds.keys().map(String::as_str))
-            .filter(|kind| *kind != ANY)
-            .collect();
-        kinds.sort_unstable();
-        kinds.dedup();
-        kinds
-    }
-
     /// The kinds of `source` a handler takes: every kind, when a handler on
     /// (`source`, `*`) or (`*`, `*`) reaches it; otherwise the kinds of the
     /// handlers on (`source`, kind) and (`*`, kind), sorted (none: every
     /// event of the source is recorded as ignored).
-    #[cfg(feature = "receiver")]
     pub fn kinds_handled(&self, source: &str) -> KindsHandled<'_> {
         let on = |s: &str| self.by_source.get(s);
         if [source, ANY]
@@ -795,7 +780,6 @@ impl Registry {
 }
 
 /// Which kinds of a source the handlers take ([`Registry::kinds_handled`]).
-#[cfg(feature = "receiver")]
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) enum KindsHandled<'a> {
     /// A `*` handler takes every kind of the source.

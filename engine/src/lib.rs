@@ -148,6 +148,9 @@ pub mod flow;
 pub mod handler;
 mod idempotency;
 pub mod inbox;
+// Seeding the jitter is for the simulator (sim/), which replays a run from
+// its seed: public for it, hidden from the API and outside semver.
+#[doc(hidden)]
 pub mod jitter;
 pub mod metrics;
 pub mod operator;

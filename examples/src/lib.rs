@@ -1,6 +1,7 @@
 //! Shared code of the tickmark examples.
 
 pub mod bench;
+pub mod existing_app;
 pub mod fleet;
 pub mod payments;
 pub mod secrets;

@@ -12,6 +12,7 @@ use crate::flow::Debounce;
 use crate::handler::Registry;
 use crate::plan::Plan;
 use crate::retry::RetryPolicy;
+use crate::store::admin::Replan;
 use crate::store::{DebounceInsert, EventInsert, InsertOutcome, StoreError};
 
 /// The plan stored with an ignored event (no handler): no steps. Encoded once.
@@ -100,6 +101,21 @@ impl PlannedEvent<'_> {
                 }),
             match_keys: &self.match_keys,
         }
+    }
+
+    /// What a re-plan of an event recorded `ignored` writes
+    /// ([`Decision::Replan`](crate::store::admin::Decision::Replan)), if a
+    /// handler takes it now: `None` when none does, or when its handler
+    /// would debounce it (its burst is long over).
+    pub(crate) fn replan(&self) -> Option<Replan> {
+        (self.state == EventState::Pending && self.debounce.is_none()).then(|| Replan {
+            plan_json: self.plan_json.to_owned(),
+            step_count: self.step_count,
+            resource_key: self.resource_key.clone(),
+            resource_seq: self.resource_seq,
+            limit_key: self.limit.as_ref().map(|(key, _)| key.clone()),
+            limit_n: self.limit.as_ref().map(|(_, n)| *n),
+        })
     }
 
     /// What the insert's outcome means for the sender.

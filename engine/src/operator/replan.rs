@@ -13,9 +13,10 @@ use std::time::Duration;
 
 use super::actions::{note, transition};
 use super::{Actor, AdminError};
-use crate::event::EventState;
-use crate::handler::{Registry, ANY};
-use crate::store::admin::{Decision, EventFilter, Replan, Verdict};
+use crate::event::{EventState, NewEvent};
+use crate::handler::{KindsHandled, Registry, ANY};
+use crate::inbox::planned::plan_event;
+use crate::store::admin::{Decision, EventFilter, Verdict};
 use crate::store::{EventRecord, Store};
 
 /// Events fetched per page while re-planning.
@@ -60,13 +61,14 @@ pub(crate) async fn replan_ignored(
             )))
         }
         Some(kind) => vec![Some(kind.to_owned())],
-        // A handler for every kind of the source: every ignored event of it.
-        None if registry.find(request.source, ANY).is_some() => vec![None],
-        None => registry
-            .handled_kinds(request.source)
-            .into_iter()
-            .map(|kind| Some(kind.to_owned()))
-            .collect(),
+        None => match registry.kinds_handled(request.source) {
+            // A handler for every kind of the source: every ignored event of it.
+            KindsHandled::Every => vec![None],
+            KindsHandled::Only(kinds) => kinds
+                .into_iter()
+                .map(|kind| Some(kind.to_owned()))
+                .collect(),
+        },
     };
     let mut report = ReplanReport {
         kinds: kinds
@@ -133,31 +135,13 @@ async fn replan_one(
     actor: Actor<'_>,
 ) -> Result<Outcome, AdminError> {
     let event = &record.event;
-    let Some(handler) = registry.find(&event.source, &event.kind) else {
-        // The page was listed by a kind a handler takes: not reached.
-        return Err(AdminError::Refused(format!(
-            "no handler takes ({}, {})",
-            event.source, event.kind
-        )));
-    };
-    if handler.debounce.is_some() {
+    // The event as its delivery was: planned exactly as an accept plans it.
+    let delivery = NewEvent::with_id(&event.source, &event.id, &event.kind, event.payload.clone());
+    let Some(replan) = plan_event(registry, &delivery)?.replan() else {
+        // Listed by a kind a handler takes: its handler debounces it.
         return Ok(Outcome::Debounced);
-    }
-    let ordering = handler
-        .ordering
-        .as_ref()
-        .map(|ordering| ordering.keys(&event.source, &event.payload))
-        .unwrap_or_default();
-    let limit = handler.concurrency_of(&event.source, &event.payload);
-    let replan = Replan {
-        plan_json: handler.plan_json.clone(),
-        step_count: handler.step_count,
-        resource_key: ordering.resource_key,
-        resource_seq: ordering.resource_seq,
-        limit_key: limit.as_ref().map(|(key, _)| key.clone()),
-        limit_n: limit.map(|(_, n)| n),
     };
-    let steps = handler.step_count;
+    let steps = replan.step_count;
     let result = transition(store, event.seq, |before| {
         if before.state != EventState::Ignored {
             return Err(AdminError::Refused(format!(
