@@ -31,8 +31,8 @@ const LAYERS: &[&[&str]] = &[
     &["event", "ordering", "wait"],
     // Storage: records, SQL, errors, decoding.
     &["store"],
-    // What a running step sees; this process's counters.
-    &["context", "metrics"],
+    // What a running step sees; this process's counters; one event's status.
+    &["context", "metrics", "event_status"],
     // The Step trait.
     &["step"],
     // Plans (steps as stored with an event), then handlers (plans per source and kind).
@@ -42,10 +42,14 @@ const LAYERS: &[&[&str]] = &[
     &["inbox", "claim"],
     // Running events.
     &["runner"],
-    // The engine; operator actions.
-    &["engine", "operator"],
-    // The crate's error; the edges people and providers use.
-    &["error", "receiver", "dashboard"],
+    // Operator actions (re-planning plans as the inbox does); the engine,
+    // which lends them its handlers.
+    &["operator"],
+    &["engine"],
+    // The edges people and providers use.
+    &["receiver", "dashboard"],
+    // The crate's error: every part's error converts into it.
+    &["error"],
     &["ops", "cli"],
 ];
 
