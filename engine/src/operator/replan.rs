@@ -12,6 +12,7 @@
 use std::time::Duration;
 
 use super::actions::{note, transition};
+use super::rules;
 use super::{Actor, AdminError};
 use crate::event::{EventState, NewEvent};
 use crate::handler::{KindsHandled, Registry, ANY};
@@ -143,12 +144,7 @@ async fn replan_one(
     };
     let steps = replan.step_count;
     let result = transition(store, event.seq, |before| {
-        if before.state != EventState::Ignored {
-            return Err(AdminError::Refused(format!(
-                "event {} is {}, not ignored: only an ignored event is re-planned",
-                before.seq, before.state
-            )));
-        }
+        rules::replan(before)?;
         Ok(Verdict {
             decision: Decision::Replan(replan.clone()),
             audit: note(

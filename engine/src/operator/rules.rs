@@ -147,6 +147,14 @@ pub(super) fn retry(
     }
 }
 
+/// Re-planning takes only an ignored event: any other has a plan already.
+pub(super) fn replan(before: &EventSnapshot) -> Result<(), AdminError> {
+    match before.state {
+        EventState::Ignored => Ok(()),
+        _ => Err(before.refused("only an ignored event is re-planned; it has its plan".to_owned())),
+    }
+}
+
 /// Whether `event_cancel` may cancel `before`.
 pub(super) fn cancel(before: &EventSnapshot) -> Result<(), AdminError> {
     let seq = before.seq;
