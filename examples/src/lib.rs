@@ -3,6 +3,7 @@
 pub mod bench;
 pub mod existing_app;
 pub mod fleet;
+pub mod logging;
 pub mod payments;
 pub mod secrets;
 pub mod shopsync;

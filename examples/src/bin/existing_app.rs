@@ -49,13 +49,7 @@ struct Args {
 
 #[tokio::main]
 async fn main() -> ExitCode {
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info,sqlx=warn"));
-    tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr)
-        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
-        .init();
+    tickmark_examples::logging::log_to_stderr("info,sqlx=warn");
     match run(Args::parse()).await {
         Ok(()) => ExitCode::SUCCESS,
         Err(message) => {

@@ -106,14 +106,7 @@ async fn main() -> Result<(), BoxError> {
     } else {
         "info,sqlx=warn"
     };
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default_filter));
-    tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr)
-        // Colour only on a terminal: a log file or a pipe gets plain text.
-        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
-        .init();
+    tickmark_examples::logging::log_to_stderr(default_filter);
 
     if let Some(role) = &args.role {
         let url = args.child_url.as_deref().ok_or("--child-url is required")?;
