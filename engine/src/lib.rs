@@ -176,6 +176,9 @@ pub mod runner;
 pub mod serve;
 pub mod step;
 pub mod store;
+#[cfg(feature = "testing")]
+#[cfg_attr(docsrs, doc(cfg(feature = "testing")))]
+pub mod testing;
 pub mod wait;
 
 pub use context::{Output, StepContext, StepOutputs};
