@@ -3,20 +3,6 @@
 //! and answers like an idempotent API (Stripe's): a key seen before gets the
 //! first answer again instead of a second effect. At the end,
 //! [`EffectLedger::check`] says whether any step's effect happened twice.
-//!
-//! ```
-//! use tickmark::testing::EffectLedger;
-//!
-//! # #[tokio::main(flavor = "current_thread")]
-//! # async fn main() -> std::io::Result<()> {
-//! let ledger = EffectLedger::start().await?;
-//! let receipts_url = format!("{}/v1/receipts", ledger.url());
-//! // ... run the handler with its client pointed at `receipts_url` ...
-//! # let _ = receipts_url;
-//! assert_eq!(ledger.check(), Ok(()));
-//! # Ok(())
-//! # }
-//! ```
 
 mod answer;
 mod owner;
@@ -56,6 +42,9 @@ pub struct LedgerCall {
     pub body: Bytes,
     /// The step that made the call: the one its key names, or else the one
     /// the test kit says was running when it arrived; `None` if neither.
+    /// (A key that holds the running step's key and more, such as
+    /// `{ctx.idempotency_key()}-{attempt}`, is the running step's: it would
+    /// otherwise read as a step named `send_receipt-2`.)
     pub owner: Option<EffectOwner>,
     /// Whether an earlier call with the same key was replayed instead of
     /// applied (the first answer, sent again).
@@ -74,6 +63,54 @@ type OwnerNow = Arc<dyn Fn() -> Option<EffectOwner> + Send + Sync>;
 /// The HTTP stub that records each call. Cheap to clone (the clones share
 /// one record); the server stops when the last clone drops, or at
 /// [`shutdown`](Self::shutdown).
+///
+/// Every method and path is answered `200` with
+/// `{"id": "eff_<n>", "idempotency_key": …, "path": …}`, a new effect;
+/// except a call whose `Idempotency-Key` was seen before on the same method
+/// and path, answered the first answer again (with `Idempotent-Replayed:
+/// true`) whatever its body; one whose key was seen on another method or
+/// path, `422`; a body over 1 MiB (`MAX_BODY_BYTES`), `413` (not recorded); and
+/// failures injected with [`fail_next`](Self::fail_next).
+///
+/// ```
+/// use axum::body::Body;
+/// use axum::http::Request;
+/// use hyper_util::client::legacy::Client;
+/// use hyper_util::rt::TokioExecutor;
+/// use tickmark::testing::{EffectLedger, LedgerViolation};
+///
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// let ledger = EffectLedger::start().await?;
+/// let client = Client::builder(TokioExecutor::new()).build_http::<Body>();
+/// let post = |key: Option<&str>| {
+///     let request = Request::post(format!("{}/v1/receipts", ledger.url()));
+///     let request = match key {
+///         Some(key) => request.header("Idempotency-Key", key),
+///         None => request,
+///     };
+///     request.body(Body::from(r#"{"amount": 100}"#))
+/// };
+///
+/// // A step re-run after a crash, sending its key both times: one effect.
+/// client.request(post(Some("stripe:evt_1:send_receipt"))?).await?;
+/// client.request(post(Some("stripe:evt_1:send_receipt"))?).await?;
+/// assert_eq!(ledger.effects().len(), 1);
+/// assert_eq!(ledger.check(), Ok(()));
+///
+/// // The same without a key: two effects, of a step the test kit names.
+/// ledger.clear();
+/// client.request(post(None)?).await?;
+/// client.request(post(None)?).await?;
+/// assert_eq!(ledger.effects().len(), 2);
+/// let violations = ledger.check().unwrap_err();
+/// assert!(matches!(
+///     violations[0],
+///     LedgerViolation::DoubleEffectWithoutKey { times: 2, .. }
+/// ));
+/// # Ok(())
+/// # }
+/// ```
 #[derive(Clone)]
 pub struct EffectLedger {
     shared: Arc<Shared>,

@@ -39,10 +39,7 @@ async fn answer(State(shared): State<Arc<Shared>>, request: Request) -> Response
         .map(|value| String::from_utf8_lossy(value.as_bytes()).into_owned());
     // Whose call it is, decided as it arrives: the step running now may
     // finish while the body is read.
-    let owner = key
-        .as_deref()
-        .and_then(EffectOwner::from_key)
-        .or_else(|| shared.owner_now());
+    let owner = owner_of(key.as_deref(), shared.owner_now());
     let declared = request
         .headers()
         .get(header::CONTENT_LENGTH)
@@ -141,6 +138,26 @@ async fn answer(State(shared): State<Arc<Shared>>, request: Request) -> Response
         body,
     )
         .into_response()
+}
+
+/// Who made a call with `key` while `running` ran: the step a tickmark key
+/// names; else the running step. A key that is the running step's key and
+/// more (`{key}-{attempt}`, `{key}:{attempt}`, `retry-{key}`) is the
+/// running step's, though it parses as another's (`send_receipt-2`): a
+/// per-attempt key is the bug `check` reports, not a step of its own.
+fn owner_of(key: Option<&str>, running: Option<EffectOwner>) -> Option<EffectOwner> {
+    let Some(key) = key else {
+        return running;
+    };
+    match (EffectOwner::from_key(key), running) {
+        (Some(named), Some(running))
+            if named != running && key.contains(&running.idempotency_key()) =>
+        {
+            Some(running)
+        }
+        (Some(named), _) => Some(named),
+        (None, running) => running,
+    }
 }
 
 /// The answer to a body over [`MAX_BODY_BYTES`].

@@ -216,6 +216,33 @@ async fn a_tickmark_key_names_its_step_without_any_closure() {
 }
 
 #[tokio::test]
+async fn a_per_attempt_key_made_from_the_step_key_is_the_running_step_s() {
+    let ledger = EffectLedger::start().await.unwrap();
+    let running = EffectOwner::new("stripe", "evt_1", "send_receipt");
+    let now = running.clone();
+    ledger.attribute_with(move || Some(now.clone()));
+    let key = running.idempotency_key();
+    for attempt in [
+        format!("{key}-1"),
+        format!("{key}:2"),
+        format!("retry-{key}"),
+    ] {
+        send(&ledger, "POST", "/v1/receipts", Some(&attempt), "{}").await;
+    }
+
+    assert!(ledger
+        .calls()
+        .iter()
+        .all(|call| call.owner.as_ref() == Some(&running)));
+    let violation = one_violation(&ledger);
+    assert!(
+        matches!(&violation, LedgerViolation::KeysDisagree { step, keys, .. }
+            if step == "send_receipt" && keys.len() == 3),
+        "{violation:?}"
+    );
+}
+
+#[tokio::test]
 async fn an_event_id_with_colons_is_read_whole() {
     let ledger = EffectLedger::start().await.unwrap();
     let key = "shopify:gid://shopify/Order/42:a:b:fulfil.order";
