@@ -37,8 +37,7 @@ async fn answer(State(shared): State<Arc<Shared>>, request: Request) -> Response
         .headers()
         .get(&IDEMPOTENCY_KEY)
         .map(|value| String::from_utf8_lossy(value.as_bytes()).into_owned());
-    // Whose call it is, decided as it arrives: the step running now may
-    // finish while the body is read.
+    // Whose call it is, decided as it arrives, before its body is read.
     let owner = owner_of(key.as_deref(), shared.owner_now());
     let declared = request
         .headers()
