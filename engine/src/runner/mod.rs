@@ -5,6 +5,8 @@ mod claim_loop;
 mod config;
 mod event_end;
 mod event_task;
+#[cfg(feature = "testing")]
+pub(crate) mod faults;
 mod limits;
 mod pace;
 mod plan_cache;

@@ -19,7 +19,11 @@ use super::shared::RunnerShared;
 use super::slots::Slot;
 use crate::context::StepOutputs;
 use crate::flow::RateLimitUse;
+#[cfg(feature = "testing")]
+use super::faults::{Boundary, Faults, Reached};
 use crate::plan::{Action, Plan};
+#[cfg(feature = "testing")]
+use crate::{plan::PlannedStep, step::Step};
 use crate::step::FailureKind;
 use crate::store::transient::retry_transient;
 use crate::store::{ClaimedEvent, RateTake, RateTaken, Release, SequenceCheck};
@@ -237,6 +241,8 @@ impl<'a> EventRun<'a> {
             self.take_token(used, &settle, slot).await?;
         }
 
+        #[cfg(feature = "testing")]
+        self.reached(planned, code, Boundary::Starting).await;
         let started_at = Utc::now();
         let run = run_step(StepInputs {
             store: shared.store.as_ref(),
@@ -274,10 +280,14 @@ impl<'a> EventRun<'a> {
                 result: Ok(output),
                 transaction,
             }) => {
+                #[cfg(feature = "testing")]
+                self.reached(planned, code, Boundary::BeforeMark).await;
                 if position + 1 == plan.len() {
                     self.ending(slot);
                 }
                 settle.mark_done(&step, &output, transaction).await?;
+                #[cfg(feature = "testing")]
+                self.reached(planned, code, Boundary::AfterMark).await;
                 self.outputs.insert(planned.name.clone(), output);
                 Ok(())
             }
@@ -295,6 +305,19 @@ impl<'a> EventRun<'a> {
                 })
             }
         }
+    }
+
+    /// Tell the test kit, when it runs this worker, that the step reached
+    /// `boundary`; it may stop the worker dead here (`faults.rs`).
+    #[cfg(feature = "testing")]
+    async fn reached(&self, planned: &PlannedStep, code: &dyn Step, boundary: Boundary) {
+        let reached = Reached {
+            event: &self.claimed.event,
+            step: &planned.name,
+            transactional: code.transactional(),
+            boundary,
+        };
+        Faults::at(&self.shared.resources, reached).await;
     }
 
     /// The run ends with the write about to be sent (the last step's mark, a

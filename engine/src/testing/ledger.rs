@@ -240,8 +240,6 @@ impl EffectLedger {
     /// now, called as each call arrives (with no lock of the ledger held).
     /// It should return `None` when it cannot tell (several steps running
     /// at once).
-    // Used by the test kit's engine (testing/mod.rs), not yet wired.
-    #[allow(dead_code)]
     pub(crate) fn attribute_with(
         &self,
         owner_now: impl Fn() -> Option<EffectOwner> + Send + Sync + 'static,

@@ -72,6 +72,15 @@ pub enum LedgerViolation {
     },
 }
 
+impl LedgerViolation {
+    /// The step to blame (`(unknown step)` when no step was known).
+    pub fn step(&self) -> &str {
+        match self {
+            Self::DoubleEffectWithoutKey { step, .. } | Self::KeysDisagree { step, .. } => step,
+        }
+    }
+}
+
 /// Every violation among `calls`, in the order their groups first made a
 /// call.
 pub(super) fn violations(calls: &[LedgerCall]) -> Vec<LedgerViolation> {

@@ -1,0 +1,285 @@
+//! [`CrashTest`]: run one event through your handler once cleanly, then
+//! again with a crash at every step boundary (after each step's effect and
+//! before its mark; after each mark), each time on a fresh database, and
+//! compare your end state with the clean run's.
+
+use std::fmt;
+use std::future::Future;
+use std::time::Duration;
+
+use crate::event::{EventState, NewEvent};
+
+use super::boundaries::Crash;
+use super::error::{BoxError, TestError};
+use super::test_engine::{describe_steps, TestEngine};
+
+/// One event, crashed at every step boundary of its handler.
+///
+/// `setup` builds a fresh [`TestEngine`] (your tables, your resources, a
+/// fresh [`EffectLedger`](super::EffectLedger) attached) for every run;
+/// `end_state` reads what your application ended with (rows, a ledger's
+/// effects), to compare with the clean run's.
+pub struct CrashTest<S, E> {
+    event: NewEvent,
+    setup: S,
+    end_state: E,
+    within: Duration,
+}
+
+/// What a [`CrashTest`] ran.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct CrashReport {
+    /// The event's steps, in the order they ran cleanly, and whether each is transactional.
+    pub steps: Vec<(String, bool)>,
+    /// Each crash run: the step, where it crashed, and whether the crash
+    /// happened (a step on a branch not taken never reaches its boundary).
+    pub runs: Vec<(String, Crash, bool)>,
+    /// The clean run's end state, as `{:?}` shows it.
+    pub end_state: String,
+}
+
+/// One way the handler broke a promise.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Finding {
+    /// The step to blame.
+    pub step: String,
+    /// The crash that showed it (`None`: the clean run).
+    pub crash: Option<Crash>,
+    /// What went wrong.
+    pub problem: String,
+    /// What to change.
+    pub fix: String,
+}
+
+impl fmt::Display for Finding {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let when = match self.crash {
+            Some(Crash::BeforeMark) => "a crash after its effect, before its mark",
+            Some(Crash::AfterMark) => "a crash after its mark",
+            None => "one clean run",
+        };
+        write!(f, "step `{}` ({when}): {}", self.step, self.problem)?;
+        if !self.fix.is_empty() {
+            write!(f, "\n    fix: {}", self.fix)?;
+        }
+        Ok(())
+    }
+}
+
+/// Every [`Finding`] of a test.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Findings {
+    /// `source/id` of the event.
+    pub event: String,
+    /// What was found, in the order the runs found it.
+    pub findings: Vec<Finding>,
+}
+
+impl fmt::Display for Findings {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "the handler of event {} is not idempotent:", self.event)?;
+        for finding in &self.findings {
+            write!(f, "\n  - {finding}")?;
+        }
+        Ok(())
+    }
+}
+
+impl<S, SF, E, EF, T> CrashTest<S, E>
+where
+    S: Fn() -> SF,
+    SF: Future<Output = Result<TestEngine, BoxError>>,
+    E: Fn(TestEngine) -> EF,
+    EF: Future<Output = Result<T, BoxError>>,
+    T: PartialEq + fmt::Debug,
+{
+    /// Crash `event`'s handler at every step boundary; `setup` and
+    /// `end_state` as above.
+    pub fn new(event: NewEvent, setup: S, end_state: E) -> Self {
+        Self {
+            event,
+            setup,
+            end_state,
+            within: Duration::from_secs(30),
+        }
+    }
+
+    /// How long each run may take before it fails as not idle (30 s).
+    pub fn within(mut self, limit: Duration) -> Self {
+        self.within = limit;
+        self
+    }
+
+    /// Run it: `Ok` with what ran when every crash left the clean run's end
+    /// state and the ledger saw no double effect; otherwise
+    /// [`TestError::NotIdempotent`], each finding naming the step and the fix.
+    pub async fn run(self) -> Result<CrashReport, TestError> {
+        let (source, id) = (self.event.source.clone(), self.event.dedup_key.clone());
+        let mut findings = Vec::new();
+
+        let clean = self.one_run(None).await?;
+        if let Some(not_done) = clean.not_done {
+            findings.push(Finding {
+                step: clean.last_step.unwrap_or_else(|| "(none)".to_owned()),
+                crash: None,
+                problem: format!("the event did not finish without any crash: {not_done}"),
+                fix: "make the handler succeed on one clean delivery first".to_owned(),
+            });
+            return Err(not_idempotent(&source, &id, findings));
+        }
+        findings.extend(clean.ledger);
+        let steps = clean.steps;
+        let mut runs = Vec::new();
+
+        for (position, (step, transactional)) in steps.iter().enumerate() {
+            let last = position + 1 == steps.len();
+            for crash in [Crash::BeforeMark, Crash::AfterMark] {
+                if crash == Crash::AfterMark && last {
+                    // After the last mark the event is done: nothing resumes.
+                    continue;
+                }
+                let run = self.one_run(Some((step, crash))).await?;
+                runs.push((step.clone(), crash, run.crashed));
+                findings.extend(run.ledger.into_iter().map(|mut finding| {
+                    finding.crash = Some(crash);
+                    finding
+                }));
+                if let Some(not_done) = run.not_done {
+                    findings.push(Finding {
+                        step: step.clone(),
+                        crash: Some(crash),
+                        problem: format!("the event did not finish after the crash: {not_done}"),
+                        fix: "a re-run must succeed where an earlier run already had its effect \
+                              (treat \"already exists\" as done)"
+                            .to_owned(),
+                    });
+                } else if run.end_state != clean.end_state {
+                    findings.push(differs(
+                        step,
+                        *transactional,
+                        crash,
+                        &run.end_state,
+                        &clean.end_state,
+                    ));
+                }
+            }
+        }
+        if findings.is_empty() {
+            Ok(CrashReport {
+                steps,
+                runs,
+                end_state: clean.end_state,
+            })
+        } else {
+            Err(not_idempotent(&source, &id, findings))
+        }
+    }
+
+    /// One run on a fresh test engine, crashing once at `crash` if given.
+    async fn one_run(&self, crash: Option<(&str, Crash)>) -> Result<OneRun, TestError> {
+        let kit = (self.setup)().await.map_err(TestError::Setup)?;
+        if let Some((step, at)) = crash {
+            kit.crash_once(step, at);
+        }
+        kit.deliver(self.event.clone()).await?;
+        kit.run_until_idle_within(self.within).await?;
+
+        let (source, id) = (&self.event.source, &self.event.dedup_key);
+        let status = kit.status(source, id).await?;
+        let not_done = (status.state() != EventState::Done)
+            .then(|| format!("{}; its steps: {}", status.state(), describe_steps(&status)));
+        let started = kit.log().started();
+        let mut steps: Vec<(String, bool)> = Vec::new();
+        for started in started
+            .iter()
+            .filter(|s| &s.owner.source == source && &s.owner.event_id == id)
+        {
+            if !steps.iter().any(|(name, _)| *name == started.owner.step) {
+                steps.push((started.owner.step.clone(), started.transactional));
+            }
+        }
+        let crashed = crash.is_some_and(|(step, at)| {
+            kit.log()
+                .crashes()
+                .iter()
+                .any(|point| point.step == step && point.at == at)
+        });
+        let ledger = match kit.check_ledger() {
+            Ok(()) => Vec::new(),
+            Err(TestError::DoubleEffect(violations)) => violations
+                .iter()
+                .map(|violation| Finding {
+                    step: violation.step().to_owned(),
+                    crash: None,
+                    problem: violation.to_string(),
+                    fix: String::new(),
+                })
+                .collect(),
+            Err(other) => return Err(other),
+        };
+        let end_state = (self.end_state)(kit.clone())
+            .await
+            .map_err(TestError::EndState)?;
+        Ok(OneRun {
+            last_step: steps.last().map(|(name, _)| name.clone()),
+            steps,
+            not_done,
+            crashed,
+            ledger,
+            end_state: format!("{end_state:?}"),
+        })
+    }
+}
+
+struct OneRun {
+    steps: Vec<(String, bool)>,
+    last_step: Option<String>,
+    not_done: Option<String>,
+    crashed: bool,
+    ledger: Vec<Finding>,
+    end_state: String,
+}
+
+fn not_idempotent(source: &str, id: &str, findings: Vec<Finding>) -> TestError {
+    TestError::NotIdempotent(Findings {
+        event: format!("{source}/{id}"),
+        findings,
+    })
+}
+
+/// The end state after a crash differs from the clean run's: say why, by
+/// where it crashed and whether the step is transactional.
+fn differs(step: &str, transactional: bool, crash: Crash, got: &str, clean: &str) -> Finding {
+    let states = format!("the end state is {got}, not {clean} as after one clean run");
+    let (problem, fix) = match (crash, transactional) {
+        (Crash::BeforeMark, false) => (
+            format!(
+                "it is not transactional, so it ran again after the crash and its effect happened twice: {states}"
+            ),
+            "make the step transactional and write through ctx.transaction() (the write then \
+             commits with the mark, or not at all), or pass ctx.idempotency_key() to the service \
+             it calls so the re-run is dropped there",
+        ),
+        (Crash::BeforeMark, true) => (
+            format!(
+                "it is transactional, but its effect survived the rollback of its transaction, \
+                 so the re-run did it again: {states}"
+            ),
+            "write through ctx.transaction(), not through your application's own pool or \
+             connection (which commits on its own, outside the step's transaction)",
+        ),
+        (Crash::AfterMark, _) => (
+            format!("resuming at the next step after the crash changed the outcome: {states}"),
+            "a later step must read what this one did from its stored output \
+             (ctx.output_of), not from anything kept in memory between steps",
+        ),
+    };
+    Finding {
+        step: step.to_owned(),
+        crash: Some(crash),
+        problem,
+        fix: fix.to_owned(),
+    }
+}
