@@ -12,6 +12,8 @@ use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
 use super::event_end::EventEnd;
+#[cfg(feature = "testing")]
+use super::faults::{Boundary, Faults, Reached};
 use super::run_step::{run_step, StepInputs, StepRun};
 use super::run_wait::run_wait;
 use super::settle::Settle;
@@ -19,14 +21,12 @@ use super::shared::RunnerShared;
 use super::slots::Slot;
 use crate::context::StepOutputs;
 use crate::flow::RateLimitUse;
-#[cfg(feature = "testing")]
-use super::faults::{Boundary, Faults, Reached};
 use crate::plan::{Action, Plan};
-#[cfg(feature = "testing")]
-use crate::{plan::PlannedStep, step::Step};
 use crate::step::FailureKind;
 use crate::store::transient::retry_transient;
 use crate::store::{ClaimedEvent, RateTake, RateTaken, Release, SequenceCheck};
+#[cfg(feature = "testing")]
+use crate::{plan::PlannedStep, step::Step};
 
 pub(crate) async fn run_event(
     shared: &RunnerShared,

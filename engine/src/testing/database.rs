@@ -39,9 +39,7 @@ impl TestDatabase {
 
 /// A new SQLite file whose store reads `clock`.
 #[cfg(feature = "sqlite")]
-pub(crate) async fn sqlite(
-    clock: &FakeClock,
-) -> Result<(TestDatabase, Arc<dyn Store>), TestError> {
+pub(crate) async fn sqlite(clock: &FakeClock) -> Result<(TestDatabase, Arc<dyn Store>), TestError> {
     use crate::store::sqlite::{SqliteOptions, SqliteStore};
 
     let dir = tempfile::Builder::new()
@@ -84,7 +82,10 @@ pub(crate) async fn postgres(admin_url: &str) -> Result<(TestDatabase, Arc<dyn S
         .map_err(StoreError::from)?;
     let _ = admin.close().await;
     let separator = if admin_url.contains('?') { '&' } else { '?' };
-    let url = format!("{admin_url}{separator}options[search_path]={schema}");
+    // The application name tells this engine's connections from every other
+    // test's on the server: a crash ends them, and only them.
+    let url =
+        format!("{admin_url}{separator}options[search_path]={schema}&application_name={schema}");
     let options = PostgresOptions {
         max_connections: 8,
         ..PostgresOptions::default()
@@ -100,6 +101,34 @@ pub(crate) async fn postgres(admin_url: &str) -> Result<(TestDatabase, Arc<dyn S
 }
 
 impl TestDatabase {
+    /// End the server sessions a killed worker left in a transaction, as the
+    /// server ends a crashed process's: their transactions roll back and
+    /// their locks go. (An aborted task's connection goes back to the pool
+    /// with its rollback only queued, holding its row locks.) SQLite's
+    /// connections are this process's own: dropping them is enough.
+    pub(crate) async fn end_killed_sessions(&self) -> Result<(), TestError> {
+        #[cfg(feature = "postgres")]
+        if let Self::Postgres {
+            admin_url, schema, ..
+        } = self
+        {
+            use sqlx::Connection;
+            let mut admin = sqlx::PgConnection::connect(admin_url)
+                .await
+                .map_err(StoreError::from)?;
+            sqlx::query(
+                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity \
+                 WHERE application_name = $1 AND state <> 'idle' AND pid <> pg_backend_pid()",
+            )
+            .bind(schema)
+            .execute(&mut admin)
+            .await
+            .map_err(StoreError::from)?;
+            let _ = admin.close().await;
+        }
+        Ok(())
+    }
+
     pub(crate) fn backend(&self) -> Backend {
         match self {
             #[cfg(feature = "sqlite")]
@@ -131,6 +160,16 @@ impl Drop for TestDatabase {
             };
             runtime.block_on(async {
                 if let Ok(mut admin) = sqlx::PgConnection::connect(&admin_url).await {
+                    // Sessions still open on the schema (a pool not yet
+                    // closed, a transaction dropped with its rollback only
+                    // queued) would hold the drop up forever.
+                    let _ = sqlx::query(
+                        "SELECT pg_terminate_backend(pid) FROM pg_stat_activity \
+                         WHERE application_name = $1 AND pid <> pg_backend_pid()",
+                    )
+                    .bind(&schema)
+                    .execute(&mut admin)
+                    .await;
                     let _ = sqlx::query(&format!("DROP SCHEMA IF EXISTS {schema} CASCADE"))
                         .execute(&mut admin)
                         .await;

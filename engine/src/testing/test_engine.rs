@@ -251,10 +251,14 @@ impl TestEngine {
     /// Kill a worker as a crash would (its event tasks and heartbeat with
     /// it), then expire the leases it held, so the next worker takes them
     /// over now instead of a lease's length from now.
-    async fn kill(&self, running: tokio::task::JoinHandle<Result<(), StoreError>>) -> Result<(), TestError> {
+    async fn kill(
+        &self,
+        running: tokio::task::JoinHandle<Result<(), StoreError>>,
+    ) -> Result<(), TestError> {
         running.abort();
         let _ = running.await;
         self.log.worker_stopped();
+        self.database.end_killed_sessions().await?;
         let expire = match self.backend() {
             Backend::Postgres => {
                 "UPDATE tickmark_events SET due_at = now() - interval '1 minute' WHERE state = 'running'"
