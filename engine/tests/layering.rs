@@ -51,6 +51,8 @@ const LAYERS: &[&[&str]] = &[
     // The crate's error: every part's error converts into it.
     &["error"],
     &["ops", "cli"],
+    // The test kit: drives engines and their workers as a user's tests would.
+    &["testing"],
 ];
 
 fn layer_of(module: &str) -> Option<usize> {

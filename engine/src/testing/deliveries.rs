@@ -10,8 +10,8 @@ use rand::SeedableRng;
 use crate::event::NewEvent;
 use crate::inbox::Accepted;
 
-use super::crash::{Finding, Findings};
 use super::error::TestError;
+use super::findings::{Finding, Findings};
 use super::test_engine::TestEngine;
 
 /// What the inbox made of several copies of one event.
@@ -117,11 +117,16 @@ impl TestEngine {
             let status = self.status(&source, &id).await?;
             for step in &status.steps {
                 let runs = self.runs_of(&source, &id, &step.step);
-                if runs > 1 {
+                // A failed attempt runs the step again, on purpose.
+                let attempts = usize::try_from(step.attempts).unwrap_or(0).max(1);
+                if runs > attempts {
                     findings.push(Finding {
                         step: step.step.clone(),
                         crash: None,
-                        problem: format!("it ran {runs} times for {} deliveries", copies + 1),
+                        problem: format!(
+                            "it ran {runs} times in {attempts} attempt(s) for {} deliveries",
+                            copies + 1
+                        ),
                         fix: "report this: the engine runs a step once per event unless a run \
                               crashed or failed"
                             .to_owned(),

@@ -7,7 +7,7 @@ use crate::handler::ConfigError;
 use crate::runner::WorkerConfigError;
 use crate::store::StoreError;
 
-use super::crash::Findings;
+use super::findings::Findings;
 use super::ledger::LedgerViolation;
 
 /// A boxed error from the test's own code (its setup, its end-state query).

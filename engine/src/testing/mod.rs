@@ -1,6 +1,6 @@
-//! The test kit: prove your own handler idempotent (the `testing` feature).
-//!
-//! See docs/testing.md.
+// The guide is docs/testing.md (linked here, so the package carries it):
+// its examples are this module's doctests.
+#![doc = include_str!("guide.md")]
 
 mod boundaries;
 mod clock;
@@ -8,12 +8,14 @@ mod crash;
 mod database;
 mod deliveries;
 mod error;
+mod findings;
 mod ledger;
 mod test_engine;
 
 pub use boundaries::Crash;
-pub use crash::{CrashReport, CrashTest, Finding, Findings};
+pub use crash::{CrashReport, CrashTest};
 pub use deliveries::{Deliveries, Order};
 pub use error::{BoxError, TestError};
+pub use findings::{Finding, Findings};
 pub use ledger::{EffectLedger, EffectOwner, LedgerCall, LedgerViolation};
 pub use test_engine::{RunReport, TestEngine};

@@ -375,6 +375,11 @@ impl TestEngine {
             .count()
     }
 
+    /// The ledger attached with [`with_ledger`](Self::with_ledger).
+    pub fn ledger(&self) -> Option<&EffectLedger> {
+        self.ledger.as_ref()
+    }
+
     /// `Ok` unless the attached ledger ([`with_ledger`](Self::with_ledger))
     /// saw a double effect.
     pub fn check_ledger(&self) -> Result<(), TestError> {
