@@ -10,7 +10,7 @@ use hyper_util::client::legacy::Client;
 use hyper_util::rt::TokioExecutor;
 use serde::{Deserialize, Serialize};
 use serde_json::json;
-use tickmark::testing::{BoxError, Crash, CrashTest, EffectLedger, TestEngine, TestError};
+use tickmark::testing::{BoxError, Crash, CrashTest, EffectLedger, Order, TestEngine, TestError};
 use tickmark::{
     EventState, Handler, Handlers, NewEvent, Step, StepContext, StepError, StepResult, StepState,
 };
@@ -375,4 +375,89 @@ async fn a_step_that_never_returns_fails_the_run_at_its_deadline() {
         matches!(error, TestError::NotIdle { active: 1, .. }),
         "{error}"
     );
+}
+
+/// Stores the product's latest title in the step's transaction.
+#[derive(Debug, Serialize, Deserialize)]
+struct SaveTitle;
+
+#[typetag::serde(name = "kit_save_title")]
+#[async_trait::async_trait]
+impl Step for SaveTitle {
+    fn transactional(&self) -> bool {
+        true
+    }
+
+    async fn run(&self, ctx: &mut StepContext<'_>) -> StepResult {
+        let title = ctx.event().payload["title"]
+            .as_str()
+            .unwrap_or("")
+            .to_owned();
+        ctx.transaction()?
+            .query("UPDATE products SET title = $1 WHERE id = 'p_1'")
+            .bind(title)
+            .execute()
+            .await?;
+        Ok(json!({}))
+    }
+}
+
+async fn products_kit() -> TestEngine {
+    let handlers = Handlers::new().on(
+        "shopify",
+        "products/update",
+        Handler::new()
+            .skip_stale("/id", "/version")
+            .named_step("save_title", SaveTitle),
+    );
+    let kit = TestEngine::sqlite(handlers).await.unwrap();
+    kit.execute("CREATE TABLE products (id TEXT PRIMARY KEY, title TEXT NOT NULL)")
+        .await
+        .unwrap();
+    kit.execute("INSERT INTO products VALUES ('p_1', '')")
+        .await
+        .unwrap();
+    kit
+}
+
+async fn title(kit: &TestEngine) -> String {
+    let mut transaction = kit.engine().transaction().await.unwrap();
+    let (title,): (String,) = transaction
+        .query("SELECT title FROM products WHERE id = 'p_1'")
+        .fetch_one()
+        .await
+        .unwrap();
+    title
+}
+
+#[tokio::test]
+async fn updates_of_one_resource_out_of_order_end_as_in_order() {
+    let updates: Vec<NewEvent> = (1..=3)
+        .map(|version| {
+            NewEvent::with_id(
+                "shopify",
+                format!("upd_{version}"),
+                "products/update",
+                json!({ "id": "p_1", "version": version, "title": format!("v{version}") }),
+            )
+        })
+        .collect();
+    let mut titles = Vec::new();
+    for order in [Order::AsGiven, Order::Reversed, Order::Shuffled { seed: 7 }] {
+        let kit = products_kit().await;
+        kit.deliver_in(updates.clone(), order).await.unwrap();
+        kit.run_until_idle_within(WITHIN).await.unwrap();
+        kit.assert_done("shopify", "upd_3").await.unwrap();
+        titles.push(title(&kit).await);
+        if order == Order::Reversed {
+            // The newest came first: the older two are stale, never run.
+            for older in ["upd_1", "upd_2"] {
+                kit.assert_event("shopify", older, EventState::Stale)
+                    .await
+                    .unwrap();
+                assert_eq!(kit.runs_of("shopify", older, "save_title"), 0);
+            }
+        }
+    }
+    assert_eq!(titles, ["v3", "v3", "v3"]);
 }

@@ -137,7 +137,7 @@ where
             kit.crash_once(step, at);
         }
         kit.deliver(self.event.clone()).await?;
-        kit.run_until_idle_within(self.within).await?;
+        let ran = kit.run_until_idle_within(self.within).await?;
 
         let (source, id) = (&self.event.source, &self.event.dedup_key);
         let status = kit.status(source, id).await?;
@@ -153,12 +153,14 @@ where
                 steps.push((started.owner.step.clone(), started.transactional));
             }
         }
-        let crashed = crash.is_some_and(|(step, at)| {
-            kit.log()
-                .crashes()
-                .iter()
-                .any(|point| point.step == step && point.at == at)
-        });
+        // Armed there, and a worker was killed (not merely asked to die).
+        let crashed = ran.crashes > 0
+            && crash.is_some_and(|(step, at)| {
+                kit.log()
+                    .crashes()
+                    .iter()
+                    .any(|point| point.step == step && point.at == at)
+            });
         let ledger = match kit.check_ledger() {
             Ok(()) => Vec::new(),
             Err(TestError::DoubleEffect(violations)) => violations
