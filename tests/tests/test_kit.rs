@@ -461,3 +461,36 @@ async fn updates_of_one_resource_out_of_order_end_as_in_order() {
     }
     assert_eq!(titles, ["v3", "v3", "v3"]);
 }
+
+#[tokio::test]
+async fn a_sleep_step_waits_for_the_fake_clock() {
+    let handlers = Handlers::new().on(
+        "stripe",
+        "customer.created",
+        Handler::new()
+            .named_step("welcome", SaveTitle)
+            .sleep("a_day_later", Duration::from_secs(24 * 3600))
+            .named_step("follow_up", SaveTitle),
+    );
+    let kit = TestEngine::sqlite(handlers).await.unwrap();
+    kit.execute("CREATE TABLE products (id TEXT PRIMARY KEY, title TEXT NOT NULL)")
+        .await
+        .unwrap();
+    kit.deliver(NewEvent::with_id(
+        "stripe",
+        "cus_1",
+        "customer.created",
+        json!({ "title": "hello" }),
+    ))
+    .await
+    .unwrap();
+    kit.run_until_idle_within(WITHIN).await.unwrap();
+    kit.assert_step("stripe", "cus_1", "welcome", StepState::Done)
+        .await
+        .unwrap();
+    assert_eq!(kit.runs_of("stripe", "cus_1", "follow_up"), 0);
+    kit.advance(Duration::from_secs(24 * 3600)).unwrap();
+    kit.run_until_idle_within(WITHIN).await.unwrap();
+    kit.assert_done("stripe", "cus_1").await.unwrap();
+    assert_eq!(kit.runs_of("stripe", "cus_1", "follow_up"), 1);
+}
