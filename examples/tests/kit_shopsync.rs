@@ -12,7 +12,8 @@
 //!   fulfil once; its calls run twice by `always_replay` apply once;
 //! - a product's updates end with its newest version pushed, once,
 //!   whatever order they arrive in (`skip_stale` with the debounce);
-//! - `push_product` crashed after its call, before its mark, pushes once.
+//! - `push_product` crashed after its call, before its mark, pushes once
+//!   (by hand, and by a CrashTest whose clock passes the debounce).
 //!
 //! Only the PostgreSQL URL (and its recorded skip) comes from
 //! `tickmark_tests`, as for the other tests of this crate.
@@ -25,7 +26,9 @@ use base64::Engine as _;
 use hmac::{Hmac, Mac};
 use serde_json::{json, Value};
 use tickmark::receiver::providers::{Delivery, Provider, Verdict};
-use tickmark::testing::{BoxError, Crash, CrashReport, CrashTest, EffectLedger, Order, TestEngine};
+use tickmark::testing::{
+    BoxError, Crash, CrashReport, CrashTest, EffectLedger, Order, TestEngine, TestError,
+};
 use tickmark::{Backend, EventState, NewEvent};
 use tickmark_examples::shopsync::{
     self, AdminApi, FlowSettings, OrderSettings, ShopifyWithShop, ORDERS_CREATE, ORDERS_PAID,
@@ -329,4 +332,73 @@ async fn a_push_crashed_after_its_call_before_its_mark_pushes_once() {
     );
     assert_eq!(ledger.effects().len(), 1);
     kit.check_ledger().unwrap();
+}
+
+/// `push_product` crashed at its one boundary (it is the handler's last
+/// step: after its mark the event is done), with each run's clock moved
+/// past the debounce once the update is delivered; the end state is the
+/// Admin API's effects.
+async fn product_crash_test(advance: Duration) -> Result<CrashReport, TestError> {
+    let current = Arc::new(Mutex::new(None::<EffectLedger>));
+    let for_setup = Arc::clone(&current);
+    CrashTest::new(
+        products_update(1),
+        move || {
+            let current = Arc::clone(&for_setup);
+            async move {
+                let (kit, ledger) = shopsync_kit(Backend::Sqlite).await?;
+                *current.lock().unwrap_or_else(PoisonError::into_inner) = Some(ledger);
+                Ok(kit)
+            }
+        },
+        move |_kit| {
+            let ledger = current
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .clone();
+            async move { Ok::<_, BoxError>(applied(&ledger.ok_or("the setup ran")?)) }
+        },
+    )
+    .advance_after_delivery(advance)
+    .within(WITHIN)
+    .run()
+    .await
+}
+
+#[tokio::test]
+async fn a_product_push_survives_a_crash_at_every_step_boundary() {
+    let report = product_crash_test(FlowSettings::default().debounce + Duration::from_secs(1))
+        .await
+        .unwrap_or_else(|error| panic!("push_product is idempotent: {error}"));
+    assert_eq!(report.steps, vec![("push_product".to_owned(), false)]);
+    assert_eq!(
+        report.runs,
+        vec![("push_product".to_owned(), Crash::BeforeMark, true)]
+    );
+    assert_eq!(
+        report.end_state,
+        format!(
+            "{:?}",
+            [format!("POST /shops/{SHOP}/products/{PRODUCT_ID}")]
+        )
+    );
+}
+
+#[tokio::test]
+async fn a_debounced_product_without_the_clock_moved_is_named_unfinished() {
+    let error = product_crash_test(Duration::ZERO)
+        .await
+        .expect_err("the debounce holds the event back");
+    let message = error.to_string();
+    eprintln!("the kit says:\n{message}");
+    assert!(matches!(error, TestError::NotIdempotent(_)), "{message}");
+    assert!(
+        message.contains("step `push_product` (one clean run)"),
+        "{message}"
+    );
+    assert!(message.contains("pending"), "{message}");
+    assert!(
+        message.contains("CrashTest::advance_after_delivery"),
+        "{message}"
+    );
 }
