@@ -162,6 +162,11 @@ where
                 }
                 let run = self.one_run(Some((step, crash))).await?;
                 runs.push((step.clone(), crash, run.crashed));
+                // The ledger's finding on this step names the double effect
+                // and its fix (the key); an end state that differs by the
+                // same effect is not reported again with the general fix
+                // ("make the step transactional"), wrong for a call.
+                let ledger_blamed_it = run.ledger.iter().any(|finding| finding.step == *step);
                 findings.extend(run.ledger.into_iter().map(|mut finding| {
                     finding.crash = Some(crash);
                     finding
@@ -175,7 +180,7 @@ where
                               (treat \"already exists\" as done)"
                             .to_owned(),
                     });
-                } else if run.end_state != clean.end_state {
+                } else if run.end_state != clean.end_state && !ledger_blamed_it {
                     findings.push(differs(
                         step,
                         *transactional,
