@@ -198,12 +198,7 @@ where
                 .map(|violation| Finding {
                     step: violation.step().to_owned(),
                     crash: None,
-                    // The finding names the step already: not twice.
-                    problem: violation
-                        .to_string()
-                        .strip_prefix(&format!("step `{}` ", violation.step()))
-                        .map(str::to_owned)
-                        .unwrap_or_else(|| violation.to_string()),
+                    problem: without_owner(&violation.to_string(), violation.step()),
                     fix: String::new(),
                 })
                 .collect(),
@@ -239,6 +234,15 @@ struct OneRun {
     crashed: bool,
     ledger: Vec<Finding>,
     end_state: String,
+}
+
+/// A ledger violation's message without its "step `x` of event s/id "
+/// opening: the finding names the step, the findings the event.
+fn without_owner(message: &str, step: &str) -> String {
+    message
+        .strip_prefix(&format!("step `{step}` of event "))
+        .and_then(|rest| rest.split_once(' '))
+        .map_or_else(|| message.to_owned(), |(_event, rest)| rest.to_owned())
 }
 
 fn not_idempotent(source: &str, id: &str, findings: Vec<Finding>) -> TestError {
