@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 
+#[cfg(feature = "sqlite")]
 use crate::store::Clock;
 
 /// A clock that moves only when told ([`TestEngine::advance`](super::TestEngine::advance)).
@@ -16,6 +17,7 @@ pub(crate) struct FakeClock {
 
 impl FakeClock {
     /// Stopped at the system's time now.
+    #[cfg(feature = "sqlite")]
     pub(crate) fn starting_now() -> Self {
         Self {
             now: Arc::new(Mutex::new(Utc::now())),
@@ -23,6 +25,7 @@ impl FakeClock {
     }
 
     /// The store's clock, reading this one.
+    #[cfg(feature = "sqlite")]
     pub(crate) fn store_clock(&self) -> Clock {
         let now = Arc::clone(&self.now);
         Clock::from_fn(move || *now.lock().unwrap_or_else(PoisonError::into_inner))

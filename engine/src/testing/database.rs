@@ -1,11 +1,15 @@
 //! Each test's own database: a SQLite file in a temp dir (removed with it),
 //! or a new schema in a PostgreSQL database (dropped with it).
 
+#[cfg(feature = "postgres")]
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
 
-use crate::store::{Backend, Store, StoreError};
+#[cfg(feature = "postgres")]
+use crate::store::StoreError;
+use crate::store::{Backend, Store};
 
+#[cfg(feature = "sqlite")]
 use super::clock::FakeClock;
 use super::error::TestError;
 
@@ -106,6 +110,8 @@ impl TestDatabase {
     /// their locks go. (An aborted task's connection goes back to the pool
     /// with its rollback only queued, holding its row locks.) SQLite's
     /// connections are this process's own: dropping them is enough.
+    // With PostgreSQL the only backend, `Self::Postgres` is every value.
+    #[cfg_attr(not(feature = "sqlite"), allow(irrefutable_let_patterns))]
     pub(crate) async fn end_killed_sessions(&self) -> Result<(), TestError> {
         #[cfg(feature = "postgres")]
         if let Self::Postgres {
@@ -141,6 +147,7 @@ impl TestDatabase {
 
 #[cfg(feature = "postgres")]
 impl Drop for TestDatabase {
+    #[cfg_attr(not(feature = "sqlite"), allow(irrefutable_let_patterns))]
     fn drop(&mut self) {
         let Self::Postgres {
             admin_url, schema, ..
