@@ -182,23 +182,12 @@ async fn crash_test(
     backend: &'static str,
     notice_with_key: bool,
 ) -> Result<tickmark::testing::CrashReport, TestError> {
-    use std::sync::{Arc, Mutex};
-    // Each run's ledger, for the end-state query of the same run.
-    let current = Arc::new(Mutex::new(None::<EffectLedger>));
-    let for_setup = Arc::clone(&current);
     CrashTest::new(
         invoice("in_1"),
-        move || {
-            let current = Arc::clone(&for_setup);
-            async move {
-                let (kit, ledger) = payments_kit(backend, notice_with_key).await?;
-                *current.lock().unwrap() = Some(ledger);
-                Ok(kit)
-            }
-        },
-        move |kit| {
-            let ledger = current.lock().unwrap().clone().expect("set up");
-            balance_and_notices(kit, ledger)
+        move || async move { Ok(payments_kit(backend, notice_with_key).await?.0) },
+        |kit: TestEngine| async move {
+            let ledger = kit.ledger().ok_or("no ledger attached")?.clone();
+            balance_and_notices(kit, ledger).await
         },
     )
     .within(WITHIN)
