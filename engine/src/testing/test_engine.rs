@@ -2,6 +2,7 @@
 //! by workers the kit drives: until idle (within a deadline), through a
 //! crash at a chosen step boundary, on a clock that moves when told.
 
+use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -41,6 +42,23 @@ pub struct TestEngine {
     log: Arc<BoundaryLog>,
     ledger: Option<EffectLedger>,
     worker: WorkerConfig,
+}
+
+/// A worker running in a task of its own.
+type WorkerTask = tokio::task::JoinHandle<Result<(), StoreError>>;
+
+/// How a wait of the drive loop ended.
+enum Watched<T> {
+    Done(T),
+    Interrupted(Interruption),
+}
+
+/// What stopped a wait before its work was done.
+enum Interruption {
+    /// A worker reached a boundary where it was to crash.
+    Crash,
+    /// The run's deadline passed.
+    OutOfTime,
 }
 
 /// What a [`TestEngine::run_until_idle_within`] did.
@@ -208,37 +226,25 @@ impl TestEngine {
                     tokio::time::sleep(IDLE_CHECK_EVERY).await;
                 }
             };
-            tokio::select! {
-                biased;
-                _ = self.log.crashed() => {
-                    self.kill(running).await?;
-                    report.crashes += 1;
+            match self.watch(deadline, idle).await {
+                Watched::Done(idle) => idle?,
+                Watched::Interrupted(why) => {
+                    self.interrupted(running, why, &mut report, limit).await?;
                     continue;
-                }
-                idle = idle => idle?,
-                _ = tokio::time::sleep_until(deadline) => {
-                    self.kill(running).await?;
-                    return Err(self.not_idle(limit).await);
                 }
             }
             // Stop the worker, then look again with no worker about: what
             // it gave back on the way out is due again.
             shutdown.cancel();
-            tokio::select! {
-                biased;
-                _ = self.log.crashed() => {
-                    self.kill(running).await?;
-                    report.crashes += 1;
-                    continue;
+            match self.watch(deadline, &mut running).await {
+                Watched::Done(Ok(result)) => result?,
+                Watched::Done(Err(join)) if join.is_panic() => {
+                    std::panic::resume_unwind(join.into_panic())
                 }
-                stopped = &mut running => match stopped {
-                    Ok(result) => result?,
-                    Err(join) if join.is_panic() => std::panic::resume_unwind(join.into_panic()),
-                    Err(_) => {}
-                },
-                _ = tokio::time::sleep_until(deadline) => {
-                    self.kill(running).await?;
-                    return Err(self.not_idle(limit).await);
+                Watched::Done(Err(_)) => {}
+                Watched::Interrupted(why) => {
+                    self.interrupted(running, why, &mut report, limit).await?;
+                    continue;
                 }
             }
             self.log.worker_stopped();
@@ -248,13 +254,39 @@ impl TestEngine {
         }
     }
 
+    /// `work`, unless a crash or the deadline comes first.
+    async fn watch<T>(&self, deadline: Instant, work: impl Future<Output = T>) -> Watched<T> {
+        tokio::select! {
+            biased;
+            _ = self.log.crashed() => Watched::Interrupted(Interruption::Crash),
+            done = work => Watched::Done(done),
+            _ = tokio::time::sleep_until(deadline) => Watched::Interrupted(Interruption::OutOfTime),
+        }
+    }
+
+    /// Kill the worker; after a crash the run goes on (`Ok`) with a new
+    /// one, out of time it fails.
+    async fn interrupted(
+        &self,
+        running: WorkerTask,
+        why: Interruption,
+        report: &mut RunReport,
+        limit: Duration,
+    ) -> Result<(), TestError> {
+        self.kill(running).await?;
+        match why {
+            Interruption::Crash => {
+                report.crashes += 1;
+                Ok(())
+            }
+            Interruption::OutOfTime => Err(self.not_idle(limit).await),
+        }
+    }
+
     /// Kill a worker as a crash would (its event tasks and heartbeat with
     /// it), then expire the leases it held, so the next worker takes them
     /// over now instead of a lease's length from now.
-    async fn kill(
-        &self,
-        running: tokio::task::JoinHandle<Result<(), StoreError>>,
-    ) -> Result<(), TestError> {
+    async fn kill(&self, running: WorkerTask) -> Result<(), TestError> {
         running.abort();
         let _ = running.await;
         self.log.worker_stopped();
