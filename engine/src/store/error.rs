@@ -11,6 +11,18 @@ pub enum StoreError {
         /// The event whose lease was lost.
         event_seq: i64,
     },
+    /// A source's reconcile lease was taken by another process after it
+    /// expired (or was given back, or reset by an operator): this process
+    /// must stop reconciling the source and change nothing more; the holder
+    /// of the newer lease goes on from the stored cursor.
+    ///
+    /// The field is `source_name`, not `source`: thiserror takes a field
+    /// named `source` for the error's cause.
+    #[error("reconcile lease on source `{source_name}` was lost (expired and taken over, or reset); this process stops reconciling it and the holder of the newer lease goes on from the stored cursor")]
+    ReconcileLeaseLost {
+        /// The receiver source whose reconcile lease was lost.
+        source_name: String,
+    },
     /// The database could not be reached, or refused for now (connection
     /// refused or dropped, pool exhausted, database starting up or locked).
     /// Transient: retry later.

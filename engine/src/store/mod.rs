@@ -3,6 +3,8 @@
 //! Methods are named noun-then-verb and take params structs. Every state
 //! transition of a leased event filters on the expected state **and** the
 //! fencing token; zero rows changed is [`StoreError::LeaseLost`], never ignored.
+//! A source's reconcile lease is fenced the same way
+//! ([`StoreError::ReconcileLeaseLost`]; `reconcile.rs`).
 //! The shared conformance suite in `tests/` runs against both backends.
 
 pub mod admin;
@@ -17,6 +19,7 @@ pub mod portable_query;
 #[cfg(feature = "postgres")]
 #[cfg_attr(docsrs, doc(cfg(feature = "postgres")))]
 pub mod postgres;
+mod reconcile;
 mod records;
 #[cfg(feature = "sqlite")]
 #[cfg_attr(docsrs, doc(cfg(feature = "sqlite")))]
@@ -31,11 +34,14 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
+use chrono::{DateTime, Utc};
+
 pub use app_connection::AppConnection;
 pub use clock::Clock;
 pub use error::StoreError;
 pub use migration::{migrate, MigrationError, MigrationTarget};
 pub use portable_query::{PortableQuery, PortableRow, SqlValue};
+pub use reconcile::{ReconcileCursor, ReconcileLease};
 pub use records::{
     AfterFailure, ClaimParams, ClaimedEvent, DebounceInsert, EventCounts, EventInsert, EventRecord,
     InsertOutcome, Lease, MarkDone, MarkFailed, PlanGroup, RateTake, RateTaken, Release,
@@ -238,6 +244,67 @@ pub trait Store: sealed::Sealed + admin::Admin + Send + Sync + fmt::Debug {
 
     /// A subscription that wakes idle workers when events are accepted.
     async fn wakeups(&self) -> Result<Wakeups, StoreError>;
+
+    /// Take `source`'s reconcile lease for `owner` for `lease_for`,
+    /// creating the row on first use (fence 1). Granted when no one holds
+    /// it or the holder's lease expired; every grant bumps the fence and
+    /// sets `last_run_started_at`. `None` when a lease is held and
+    /// unexpired, whoever holds it, `owner` included: each run takes the
+    /// lease and gives it back.
+    async fn reconcile_lease_take(
+        &self,
+        source: &str,
+        owner: &str,
+        lease_for: Duration,
+    ) -> Result<Option<ReconcileLease>, StoreError>;
+
+    /// Move `lease`'s source's cursor to `cursor` (the provider's id of the
+    /// newest object now fully handled) and `cursor_at` (its creation time
+    /// at the provider, or `None` when unknown: both are replaced), and
+    /// extend the lease to `lease_for` from now. Fenced: only while the
+    /// lease is held, unexpired, under this fence; otherwise nothing
+    /// changes and the answer is [`StoreError::ReconcileLeaseLost`].
+    async fn reconcile_cursor_advance(
+        &self,
+        lease: &ReconcileLease,
+        cursor: &str,
+        cursor_at: Option<DateTime<Utc>>,
+        lease_for: Duration,
+    ) -> Result<(), StoreError>;
+
+    /// Extend `lease` to `lease_for` from now without moving the cursor (a
+    /// long page), fenced as
+    /// [`reconcile_cursor_advance`](Self::reconcile_cursor_advance) is.
+    async fn reconcile_lease_extend(
+        &self,
+        lease: &ReconcileLease,
+        lease_for: Duration,
+    ) -> Result<(), StoreError>;
+
+    /// Give `lease` back, recording the run's `summary` (JSON text) and
+    /// `last_run_finished_at`; the source is free for anyone at once.
+    /// Fenced on the lease's owner and fence: after another take, nothing
+    /// changes and the answer is [`StoreError::ReconcileLeaseLost`]. A
+    /// lease that expired but that no one took since is still this run's,
+    /// and is given back (as an event's expired lease is, by
+    /// [`event_release`](Self::event_release)).
+    async fn reconcile_lease_release(
+        &self,
+        lease: &ReconcileLease,
+        summary: Option<&str>,
+    ) -> Result<(), StoreError>;
+
+    /// Every source's reconcile row, ordered by source (byte order, on
+    /// either backend).
+    async fn reconcile_cursors(&self) -> Result<Vec<ReconcileCursor>, StoreError>;
+
+    /// Forget `source`'s cursor (the operator's `--from-scratch`): the next
+    /// run starts from the provider's oldest listed object. Only when no
+    /// unexpired lease is held: `false` when one is (nothing changed),
+    /// `true` otherwise (also when the source has no row yet). The reset
+    /// bumps the fence and clears an expired lease, so the run that held
+    /// it can change nothing more.
+    async fn reconcile_cursor_reset(&self, source: &str) -> Result<bool, StoreError>;
 }
 
 /// Connect to the database at `url` and apply the schema.

@@ -11,20 +11,23 @@ mod hosts;
 mod isolation;
 mod migrate;
 mod pooler;
+mod reconcile;
+mod reconcile_sql;
 mod sql;
 mod wait;
 
 use std::sync::Arc;
 use std::time::Duration;
 
+use chrono::{DateTime, Utc};
 use sqlx::postgres::{PgListener, PgPool, PgPoolOptions, PgRow};
 use sqlx::Row;
 
 use super::{
     app_connection, decode, AfterFailure, AppConnection, Backend, ClaimParams, ClaimedEvent,
     EventCounts, EventInsert, EventRecord, InsertOutcome, Lease, MarkDone, MarkFailed, PlanGroup,
-    RateTake, RateTaken, Release, SequenceCheck, StepStatus, StepTransaction, Store, StoreError,
-    WaitSettled, WaitStep, Wakeups,
+    RateTake, RateTaken, ReconcileCursor, ReconcileLease, Release, SequenceCheck, StepStatus,
+    StepTransaction, Store, StoreError, WaitSettled, WaitStep, Wakeups,
 };
 use crate::event::Event;
 use crate::store::group_commit::{copy_error, FlushFn, GroupCommit, Overlap};
@@ -889,5 +892,49 @@ impl Store for PostgresStore {
         };
         listener.listen(&self.channel).await?;
         Ok(Wakeups::postgres(listener))
+    }
+
+    async fn reconcile_lease_take(
+        &self,
+        source: &str,
+        owner: &str,
+        lease_for: Duration,
+    ) -> Result<Option<ReconcileLease>, StoreError> {
+        self.take_reconcile_lease(source, owner, lease_for).await
+    }
+
+    async fn reconcile_cursor_advance(
+        &self,
+        lease: &ReconcileLease,
+        cursor: &str,
+        cursor_at: Option<DateTime<Utc>>,
+        lease_for: Duration,
+    ) -> Result<(), StoreError> {
+        self.advance_reconcile_cursor(lease, cursor, cursor_at, lease_for)
+            .await
+    }
+
+    async fn reconcile_lease_extend(
+        &self,
+        lease: &ReconcileLease,
+        lease_for: Duration,
+    ) -> Result<(), StoreError> {
+        self.extend_reconcile_lease(lease, lease_for).await
+    }
+
+    async fn reconcile_lease_release(
+        &self,
+        lease: &ReconcileLease,
+        summary: Option<&str>,
+    ) -> Result<(), StoreError> {
+        self.release_reconcile_lease(lease, summary).await
+    }
+
+    async fn reconcile_cursors(&self) -> Result<Vec<ReconcileCursor>, StoreError> {
+        self.list_reconcile_cursors().await
+    }
+
+    async fn reconcile_cursor_reset(&self, source: &str) -> Result<bool, StoreError> {
+        self.reset_reconcile_cursor(source).await
     }
 }

@@ -15,6 +15,8 @@ mod caller_transaction;
 mod debounce;
 mod migrate;
 mod pragmas;
+mod reconcile;
+mod reconcile_sql;
 mod sql;
 mod time;
 mod wait;
@@ -35,8 +37,8 @@ use tokio::sync::{watch, Mutex, OwnedMutexGuard};
 use super::{
     app_connection, decode, AfterFailure, AppConnection, Backend, ClaimParams, ClaimedEvent, Clock,
     EventCounts, EventInsert, EventRecord, InsertOutcome, Lease, MarkDone, MarkFailed, PlanGroup,
-    RateTake, RateTaken, Release, SequenceCheck, StepStatus, StepTransaction, Store, StoreError,
-    WaitSettled, WaitStep, Wakeups,
+    RateTake, RateTaken, ReconcileCursor, ReconcileLease, Release, SequenceCheck, StepStatus,
+    StepTransaction, Store, StoreError, WaitSettled, WaitStep, Wakeups,
 };
 use crate::event::{Event, EventState};
 use crate::store::group_commit::{copy_error, FlushFn, GroupCommit, Overlap};
@@ -1004,5 +1006,49 @@ impl Store for SqliteStore {
 
     async fn wakeups(&self) -> Result<Wakeups, StoreError> {
         Ok(Wakeups::local(self.accepted.subscribe()))
+    }
+
+    async fn reconcile_lease_take(
+        &self,
+        source: &str,
+        owner: &str,
+        lease_for: Duration,
+    ) -> Result<Option<ReconcileLease>, StoreError> {
+        self.take_reconcile_lease(source, owner, lease_for).await
+    }
+
+    async fn reconcile_cursor_advance(
+        &self,
+        lease: &ReconcileLease,
+        cursor: &str,
+        cursor_at: Option<DateTime<Utc>>,
+        lease_for: Duration,
+    ) -> Result<(), StoreError> {
+        self.advance_reconcile_cursor(lease, cursor, cursor_at, lease_for)
+            .await
+    }
+
+    async fn reconcile_lease_extend(
+        &self,
+        lease: &ReconcileLease,
+        lease_for: Duration,
+    ) -> Result<(), StoreError> {
+        self.extend_reconcile_lease(lease, lease_for).await
+    }
+
+    async fn reconcile_lease_release(
+        &self,
+        lease: &ReconcileLease,
+        summary: Option<&str>,
+    ) -> Result<(), StoreError> {
+        self.release_reconcile_lease(lease, summary).await
+    }
+
+    async fn reconcile_cursors(&self) -> Result<Vec<ReconcileCursor>, StoreError> {
+        self.list_reconcile_cursors().await
+    }
+
+    async fn reconcile_cursor_reset(&self, source: &str) -> Result<bool, StoreError> {
+        self.reset_reconcile_cursor(source).await
     }
 }
