@@ -16,8 +16,9 @@ use tickmark::store::admin::{
 use tickmark::store::sqlite::SqliteStore;
 use tickmark::store::{
     AppConnection, Backend, ClaimParams, ClaimedEvent, EventCounts, EventInsert, EventRecord,
-    InsertOutcome, Lease, MarkDone, MarkFailed, PlanGroup, RateTake, RateTaken, Release,
-    SequenceCheck, StepStatus, StepTransaction, Store, StoreError, WaitSettled, WaitStep, Wakeups,
+    InsertOutcome, Lease, MarkDone, MarkFailed, PlanGroup, RateTake, RateTaken, ReconcileCursor,
+    ReconcileLease, Release, SequenceCheck, StepStatus, StepTransaction, Store, StoreError,
+    WaitSettled, WaitStep, Wakeups,
 };
 
 use crate::db::DbThread;
@@ -239,6 +240,7 @@ fn outcome_of<T>(result: &Result<T, StoreError>) -> String {
     match result {
         Ok(_) => "ok".to_owned(),
         Err(StoreError::LeaseLost { .. }) => "lease lost".to_owned(),
+        Err(StoreError::ReconcileLeaseLost { .. }) => "reconcile lease lost".to_owned(),
         Err(error) if error.is_transient() => "failed (transient)".to_owned(),
         Err(error) => format!("error: {error}"),
     }
@@ -575,6 +577,96 @@ impl Store for SimStore {
 
     async fn wakeups(&self) -> Result<Wakeups, StoreError> {
         self.world.db.block(self.inner.wakeups())
+    }
+
+    // Reconciliation: the writes wrapped as every write is (latency,
+    // injected failures before and after the commit, a trace line).
+
+    async fn reconcile_lease_take(
+        &self,
+        source: &str,
+        owner: &str,
+        lease_for: Duration,
+    ) -> Result<Option<ReconcileLease>, StoreError> {
+        self.write(
+            Write::new(format!("reconcile take {source} for {owner}")),
+            || self.inner.reconcile_lease_take(source, owner, lease_for),
+            |taken| {
+                Some(match taken {
+                    Some(lease) => format!("fence {}", lease.fence),
+                    None => "held by another".to_owned(),
+                })
+            },
+            |_, _| {},
+        )
+        .await
+    }
+
+    async fn reconcile_cursor_advance(
+        &self,
+        lease: &ReconcileLease,
+        cursor: &str,
+        cursor_at: Option<DateTime<Utc>>,
+        lease_for: Duration,
+    ) -> Result<(), StoreError> {
+        self.write(
+            Write::new(format!(
+                "reconcile advance {}@{} to {cursor}",
+                lease.source, lease.fence
+            )),
+            || {
+                self.inner
+                    .reconcile_cursor_advance(lease, cursor, cursor_at, lease_for)
+            },
+            ok,
+            |_, _| {},
+        )
+        .await
+    }
+
+    async fn reconcile_lease_extend(
+        &self,
+        lease: &ReconcileLease,
+        lease_for: Duration,
+    ) -> Result<(), StoreError> {
+        self.write(
+            Write::new(format!("reconcile extend {}@{}", lease.source, lease.fence)),
+            || self.inner.reconcile_lease_extend(lease, lease_for),
+            ok,
+            |_, _| {},
+        )
+        .await
+    }
+
+    async fn reconcile_lease_release(
+        &self,
+        lease: &ReconcileLease,
+        summary: Option<&str>,
+    ) -> Result<(), StoreError> {
+        self.write(
+            Write::new(format!(
+                "reconcile release {}@{}",
+                lease.source, lease.fence
+            )),
+            || self.inner.reconcile_lease_release(lease, summary),
+            ok,
+            |_, _| {},
+        )
+        .await
+    }
+
+    async fn reconcile_cursors(&self) -> Result<Vec<ReconcileCursor>, StoreError> {
+        self.world.db.block(self.inner.reconcile_cursors())
+    }
+
+    async fn reconcile_cursor_reset(&self, source: &str) -> Result<bool, StoreError> {
+        self.write(
+            Write::new(format!("reconcile reset {source}")),
+            || self.inner.reconcile_cursor_reset(source),
+            |reset| Some(if *reset { "reset" } else { "leased" }.to_owned()),
+            |_, _| {},
+        )
+        .await
     }
 }
 
