@@ -12,6 +12,7 @@ pub mod isolation;
 pub mod long_handlers;
 pub mod ordering;
 pub mod portable_sql;
+pub mod reconcile;
 pub mod replan;
 pub mod retries;
 pub mod running;
@@ -148,6 +149,15 @@ macro_rules! conformance_suite {
             typed::a_question_mark_on_a_serde_error_parks_after_one_attempt,
             typed::a_typed_output_is_read_only_when_declared,
             typed::a_read_of_a_missing_or_later_step_is_refused_by_engine_new,
+            reconcile::a_first_reconcile_take_creates_the_row_with_fence_one,
+            reconcile::a_live_reconcile_lease_refuses_every_other_take,
+            reconcile::racing_reconcile_takes_grant_one,
+            reconcile::an_expired_reconcile_lease_is_taken_over_and_fences_the_old_owner,
+            reconcile::an_expired_reconcile_lease_cannot_advance_even_before_a_takeover,
+            reconcile::a_reconcile_advance_moves_the_cursor_and_extends_the_lease,
+            reconcile::a_reconcile_release_records_the_summary_and_frees_the_source,
+            reconcile::a_reconcile_reset_waits_for_a_free_source_and_forgets_the_cursor,
+            reconcile::reconcile_cursors_are_listed_in_byte_order_of_source,
         );
     };
     (@cases $backend:expr; $($module:ident :: $case:ident),+ $(,)?) => {
