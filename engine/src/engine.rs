@@ -121,8 +121,9 @@ impl Engine {
         self.store.step_transaction_begin().await
     }
 
-    /// The compiled handlers (the receiver asks which kinds they name).
-    #[cfg(feature = "receiver")]
+    /// The compiled handlers (the receiver and the reconciler ask which
+    /// kinds they name).
+    #[cfg(any(feature = "receiver", feature = "reconcile"))]
     pub(crate) fn registry(&self) -> &Registry {
         &self.registry
     }

@@ -687,6 +687,16 @@ impl Registry {
         self.rate_limits.get(name)
     }
 
+    /// Whether a handler takes every kind of `source` (its kind is [`ANY`]).
+    #[cfg(feature = "reconcile")]
+    pub fn takes_every_kind(&self, source: &str) -> bool {
+        [source, ANY].iter().any(|s| {
+            self.by_source
+                .get(*s)
+                .is_some_and(|kinds| kinds.contains_key(ANY))
+        })
+    }
+
     /// Whether a handler or a wait names `kind` of `source` exactly: a
     /// handler on (`source`, `kind`) or (`*`, `kind`), or a wait for
     /// (`source`, `kind`). A kind reached only through a `*` kind is not
@@ -707,7 +717,7 @@ impl Registry {
     }
 
     /// Every kind of `source` that [`Registry::names_kind`] names, sorted.
-    #[cfg(feature = "receiver")]
+    #[cfg(any(feature = "receiver", feature = "reconcile"))]
     pub fn named_kinds(&self, source: &str) -> Vec<&str> {
         let mut kinds: Vec<&str> = [source, ANY]
             .iter()

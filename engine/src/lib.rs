@@ -167,6 +167,10 @@ pub mod plan;
 #[cfg(feature = "receiver")]
 #[cfg_attr(docsrs, doc(cfg(feature = "receiver")))]
 pub mod receiver;
+#[cfg(feature = "reconcile")]
+#[cfg_attr(docsrs, doc(cfg(feature = "reconcile")))]
+pub mod reconcile;
+mod reconcile_summary;
 mod redact;
 mod resources;
 pub mod retry;

@@ -23,6 +23,8 @@ const LAYERS: &[&[&str]] = &[
         "dedup_key",
         "outcome",
         "jitter",
+        // What a reconcile run found, as stored with its cursor.
+        "reconcile_summary",
         // Serving a router within connection limits: knows HTTP, not events.
         "serve",
     ],
@@ -46,8 +48,9 @@ const LAYERS: &[&[&str]] = &[
     // which lends them its handlers.
     &["operator"],
     &["engine"],
-    // The edges people and providers use.
-    &["receiver", "dashboard"],
+    // The edges people and providers use; recovering from the providers'
+    // APIs what they gave up on.
+    &["receiver", "dashboard", "reconcile"],
     // The crate's error: every part's error converts into it.
     &["error"],
     &["ops", "cli"],

@@ -17,7 +17,12 @@
 //! | `steps` | `tickmark steps skip / mark-done` |
 //! | `prune`, `retry_windows` | `tickmark prune` |
 //! | `plans` | `tickmark plans check` |
-//! | `table`, `format`, `duration`, `printable` | plain-text tables, times, durations, text made safe for a terminal |
+//! | `reconcile` | `tickmark reconcile` (feature `reconcile`) |
+//! | `table`, `format`, `duration`, `printable`, `progress_line` | plain-text tables, times, durations, text made safe for a terminal, progress on stderr |
+//!
+//! An operator binary that links the application's steps calls
+//! [`main_with`] with its handlers: then `tickmark reconcile` can record the
+//! events it pulls (each is stored with its handler's plan).
 
 mod duration;
 mod events;
@@ -27,7 +32,10 @@ mod lookup;
 mod migrate;
 mod plans;
 mod printable;
+mod progress_line;
 mod prune;
+#[cfg(feature = "reconcile")]
+mod reconcile;
 mod retry_windows;
 mod status;
 mod steps;
@@ -41,6 +49,7 @@ use std::sync::Arc;
 use clap::{Parser, Subcommand};
 use serde::Serialize;
 
+use crate::handler::Handlers;
 use crate::operator::AdminError;
 #[cfg(feature = "postgres")]
 use crate::store::postgres::{PostgresOptions, PostgresStore};
@@ -127,6 +136,10 @@ enum Command {
     /// Before a deploy: which unfinished events carry plans this build cannot run
     #[command(subcommand)]
     Plans(PlansCommand),
+    /// Recover what a provider gave up on, from its own API (Stripe, GitHub, Shopify)
+    #[cfg(feature = "reconcile")]
+    #[command(long_about = reconcile::LONG_ABOUT, after_help = reconcile::AFTER_HELP)]
+    Reconcile(reconcile::ReconcileArgs),
 }
 
 #[derive(Debug, Subcommand)]
@@ -141,9 +154,30 @@ pub fn main() -> ExitCode {
     run(std::env::args_os())
 }
 
+/// [`main`] in an operator binary that links the application's steps, with
+/// its handlers: `tickmark reconcile` then records what it pulls.
+///
+/// ```no_run
+/// fn main() -> std::process::ExitCode {
+///     tickmark::cli::main_with(tickmark::Handlers::new() /* your handlers */)
+/// }
+/// ```
+pub fn main_with(handlers: Handlers) -> ExitCode {
+    run_with(std::env::args_os(), Some(handlers))
+}
+
 /// Run `tickmark` with these arguments (the first is the program name) and
 /// return its exit code.
 pub fn run<I, T>(args: I) -> ExitCode
+where
+    I: IntoIterator<Item = T>,
+    T: Into<OsString> + Clone,
+{
+    run_with(args, None)
+}
+
+/// [`run`] with the application's handlers, if it has them.
+pub fn run_with<I, T>(args: I, handlers: Option<Handlers>) -> ExitCode
 where
     I: IntoIterator<Item = T>,
     T: Into<OsString> + Clone,
@@ -164,13 +198,15 @@ where
         Ok(runtime) => runtime,
         Err(error) => return out.fail(Failure::Other(format!("cannot start: {error}"))),
     };
-    match runtime.block_on(dispatch(cli, out)) {
+    match runtime.block_on(dispatch(cli, out, handlers)) {
         Ok(()) => ExitCode::SUCCESS,
         Err(failure) => out.fail(failure),
     }
 }
 
-async fn dispatch(cli: Cli, out: Output) -> Result<(), Failure> {
+// Only `reconcile` needs the handlers.
+#[cfg_attr(not(feature = "reconcile"), allow(unused_variables))]
+async fn dispatch(cli: Cli, out: Output, handlers: Option<Handlers>) -> Result<(), Failure> {
     let url = cli.database_url.ok_or_else(|| {
         Failure::Usage(
             "no database given: pass --database-url URL or set DATABASE_URL, e.g. \
@@ -187,6 +223,8 @@ async fn dispatch(cli: Cli, out: Output) -> Result<(), Failure> {
         Command::Steps(command) => steps::run(store.as_ref(), out, command).await,
         Command::Prune(args) => prune::run(store.as_ref(), out, args).await,
         Command::Plans(PlansCommand::Check) => plans::check(store.as_ref(), out).await,
+        #[cfg(feature = "reconcile")]
+        Command::Reconcile(args) => reconcile::run(store, out, args, handlers).await,
     }
 }
 

@@ -2,13 +2,13 @@
 //! keeping a tombstone per event for the dedup window, and refusing a dedup
 //! window shorter than the providers' retry windows.
 
-use std::io::{IsTerminal, Write};
 use std::time::{Duration, Instant};
 
 use clap::Args;
 use serde::Serialize;
 
 use super::duration::{self, human};
+use super::progress_line::ProgressLine;
 use super::retry_windows::{longest, PROVIDER_RETRY_WINDOWS, UNKNOWN_SOURCE_WINDOW};
 use super::{Failure, Output};
 use crate::store::admin::PruneBatch;
@@ -104,7 +104,7 @@ pub(crate) async fn run(store: &dyn Store, out: Output, args: PruneArgs) -> Resu
         include_dead: args.include_dead,
         batch: args.batch,
     };
-    let mut progress = Progress::new(args.progress);
+    let progress = ProgressLine::new(args.progress);
     let started = Instant::now();
     let (mut deleted, mut batches) = (0_u64, 0_u32);
     loop {
@@ -112,7 +112,7 @@ pub(crate) async fn run(store: &dyn Store, out: Output, args: PruneArgs) -> Resu
         if batch > 0 {
             deleted += batch;
             batches += 1;
-            progress.batch(batches, deleted, started.elapsed());
+            progress.show(&batch_line(batches, deleted, started.elapsed()));
         }
         if batch < u64::from(args.batch) {
             break;
@@ -172,42 +172,10 @@ fn refusal(dedup_window: Duration, source: &str, window: Duration) -> String {
     )
 }
 
-/// Batches, running total and rate on stderr: rewritten in place on a
-/// terminal, one line per batch with `--progress` otherwise.
-struct Progress {
-    terminal: bool,
-    shown: bool,
-}
-
-impl Progress {
-    fn new(forced: bool) -> Self {
-        let terminal = std::io::stderr().is_terminal();
-        Self {
-            terminal,
-            shown: terminal || forced,
-        }
-    }
-
-    fn batch(&mut self, batches: u32, deleted: u64, elapsed: Duration) {
-        if !self.shown {
-            return;
-        }
-        let rate = deleted as f64 / elapsed.as_secs_f64().max(0.001);
-        let line = format!("pruned {batches} batch(es), {deleted} event(s), {rate:.0}/s");
-        let mut stderr = std::io::stderr().lock();
-        let _ = if self.terminal {
-            write!(stderr, "\r{line}\x1b[K")
-        } else {
-            writeln!(stderr, "{line}")
-        };
-        let _ = stderr.flush();
-    }
-
-    fn finish(&self) {
-        if self.shown && self.terminal {
-            eprintln!();
-        }
-    }
+/// Batches, running total and rate, as a progress line.
+fn batch_line(batches: u32, deleted: u64, elapsed: Duration) -> String {
+    let rate = deleted as f64 / elapsed.as_secs_f64().max(0.001);
+    format!("pruned {batches} batch(es), {deleted} event(s), {rate:.0}/s")
 }
 
 #[cfg(test)]

@@ -19,6 +19,8 @@
 //! | `tickmark_oldest_pending_age_seconds` | gauge | age of the oldest due, unclaimed event |
 //! | `tickmark_events_waiting` | gauge | events waiting at a wait step (for another event, or a time), from the database |
 //! | `tickmark_events_stuck` | gauge | running events whose lease expired without a mark (their worker died or stalled) |
+//! | `tickmark_events_reconciled_total` | counter | `source`, `outcome` (`recorded`, `redelivered`) — missed events this process's reconciler recovered from the provider's API |
+//! | `tickmark_webhook_subscriptions_missing` | gauge | `source` — subscriptions the handlers need that the provider (Shopify) no longer has, as the last reconcile run found, from the database |
 //!
 //! OpenMetrics names a counter's family without its `_total` suffix (`# TYPE
 //! tickmark_steps_done counter`); the samples, which queries and alerts use,
@@ -62,6 +64,7 @@ pub struct Metrics {
     waits: Family<[Label; 1], Counter>,
     lease_takeovers: Counter,
     leases_lost: Counter,
+    reconciled: Family<[Label; 2], Counter>,
 }
 
 impl Default for Metrics {
@@ -76,6 +79,7 @@ impl Default for Metrics {
             waits: Family::default(),
             lease_takeovers: Counter::default(),
             leases_lost: Counter::default(),
+            reconciled: Family::default(),
         }
     }
 }
@@ -134,6 +138,18 @@ impl Metrics {
     /// A claim took over an expired lease.
     pub fn lease_takeover(&self) {
         self.lease_takeovers.inc();
+    }
+
+    /// A reconcile run recovered an event of `source` the receiver missed:
+    /// `outcome` is `recorded` (pulled into the inbox) or `redelivered`
+    /// (the provider was asked to send it again).
+    pub fn event_reconciled(&self, source: &str, outcome: &'static str) {
+        self.reconciled
+            .get_or_create(&[
+                ("source", source.to_owned()),
+                ("outcome", outcome.to_owned()),
+            ])
+            .inc();
     }
 
     /// A worker learnt it had lost `count` leases.

@@ -14,7 +14,8 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::registry::Registry;
 
 use super::{Label, Metrics};
-use crate::store::{EventCounts, Store, StoreError};
+use crate::reconcile_summary::ReconcileSummary;
+use crate::store::{EventCounts, ReconcileCursor, Store, StoreError};
 
 /// The content type of the exposition: OpenMetrics text 1.0.0, which
 /// Prometheus asks for first and parses natively.
@@ -43,14 +44,21 @@ impl RenderError {
 /// Render this process's counters and the database's queue gauges.
 pub async fn render(metrics: &Metrics, store: &dyn Store) -> Result<String, RenderError> {
     let counts = store.event_counts().await?;
-    Ok(exposition(metrics, &counts)?)
+    let reconciled = store.reconcile_cursors().await?;
+    Ok(exposition(metrics, &counts, &reconciled)?)
 }
 
-/// The exposition for `metrics` and the database's `counts`.
-fn exposition(metrics: &Metrics, counts: &EventCounts) -> Result<String, std::fmt::Error> {
+/// The exposition for `metrics`, the database's `counts` and the sources'
+/// last reconcile runs.
+fn exposition(
+    metrics: &Metrics,
+    counts: &EventCounts,
+    reconciled: &[ReconcileCursor],
+) -> Result<String, std::fmt::Error> {
     let mut registry = Registry::default();
     register_process(&mut registry, metrics);
     register_database(&mut registry, counts);
+    register_subscriptions(&mut registry, reconciled);
     let mut out = String::with_capacity(4096);
     encode(&mut out, &registry)?;
     Ok(out)
@@ -98,6 +106,11 @@ fn register_process(registry: &mut Registry, metrics: &Metrics) {
         "tickmark_leases_lost",
         "Leases this process's workers lost (taken over, or expired before renewal)",
         metrics.leases_lost.clone(),
+    );
+    registry.register(
+        "tickmark_events_reconciled",
+        "Missed events this process's reconciler recovered from the provider's API, by source and outcome (recorded, redelivered)",
+        metrics.reconciled.clone(),
     );
     registry.register(
         "tickmark_step_duration_seconds",
@@ -158,6 +171,32 @@ fn register_database(registry: &mut Registry, counts: &EventCounts) {
     );
 }
 
+/// Per source whose last reconcile run checked subscriptions: how many the
+/// handlers need that the provider no longer has.
+fn register_subscriptions(registry: &mut Registry, reconciled: &[ReconcileCursor]) {
+    let missing = Family::<[Label; 1], Gauge>::default();
+    for row in reconciled {
+        let Some(summary) = row
+            .last_summary
+            .as_deref()
+            .and_then(|text| serde_json::from_str::<ReconcileSummary>(text).ok())
+        else {
+            continue;
+        };
+        if summary.provider == "shopify" {
+            let count = i64::try_from(summary.missing_subscriptions.len()).unwrap_or(i64::MAX);
+            missing
+                .get_or_create(&[("source", row.source.clone())])
+                .set(count);
+        }
+    }
+    registry.register(
+        "tickmark_webhook_subscriptions_missing",
+        "Webhook subscriptions the handlers need that the provider no longer has (removed after failed deliveries), by source, as the last reconcile run found (from the database)",
+        missing,
+    );
+}
+
 #[cfg(test)]
 mod tests {
     use std::time::Duration;
@@ -182,7 +221,7 @@ mod tests {
         metrics.step_failed("send", true);
         metrics.leases_lost(3);
         metrics.wait("matched");
-        let text = exposition(&metrics, &counts()).unwrap();
+        let text = exposition(&metrics, &counts(), &[]).unwrap();
         for line in [
             "# TYPE tickmark_steps_done counter",
             "tickmark_steps_done_total{step=\"render\"} 1",
@@ -206,7 +245,7 @@ mod tests {
     fn a_histogram_counts_into_every_bucket_at_or_above_the_value() {
         let metrics = Metrics::default();
         metrics.step_done("render", Duration::from_millis(300));
-        let text = exposition(&metrics, &counts()).unwrap();
+        let text = exposition(&metrics, &counts(), &[]).unwrap();
         let bucket = |le: &str| {
             format!("tickmark_step_duration_seconds_bucket{{le=\"{le}\",step=\"render\"}}")
         };
@@ -227,7 +266,7 @@ mod tests {
     fn label_values_are_escaped() {
         let metrics = Metrics::default();
         metrics.step_done("a\"b\\c\nd", Duration::ZERO);
-        let text = exposition(&metrics, &counts()).unwrap();
+        let text = exposition(&metrics, &counts(), &[]).unwrap();
         assert!(
             text.contains(r#"tickmark_steps_done_total{step="a\"b\\c\nd"} 1"#),
             "{text}"

@@ -1,0 +1,353 @@
+//! Stripe: what the receiver missed, from `GET /v1/events`.
+//!
+//! Stripe keeps every event listable for 30 days and retries a live-mode
+//! delivery for up to 3 days; after that, the list is the only copy.
+//! <https://docs.stripe.com/api/events/list>,
+//! <https://docs.stripe.com/webhooks#retries>
+//!
+//! The list is newest first. With a cursor (the newest event a run has
+//! handled) a run pages *forward*: `ending_before=<cursor>` answers the
+//! events just newer than it, still newest first, so each page is handled
+//! oldest first and the cursor moves to the page's newest event once the
+//! whole page is in the inbox: a run killed mid-page resumes with that page.
+//! With no cursor (a first run), or when asked for a window (`--since`), it
+//! pages *back* from now with `starting_after`, down to the window's start,
+//! and moves the cursor to the newest event only when every page was read
+//! and the window reaches back to the old cursor (no gap is skipped).
+//! <https://docs.stripe.com/api/pagination>
+//!
+//! A pulled event is recorded as the receiver records a pushed one: the
+//! source, the event's `id` (the dedup key) and its `type`, with the event
+//! object as the payload. So a pushed and a pulled copy are one event.
+
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+
+use http::header::AUTHORIZATION;
+use serde::Deserialize;
+use url::Url;
+
+use super::api_client::{ApiRequest, ApiResponse};
+use super::error::ReconcileError;
+use super::run_context::{KindFilter, RunContext};
+
+/// How long Stripe keeps events listable: 30 days.
+/// <https://docs.stripe.com/api/events>
+pub const EVENTS_HORIZON: Duration = Duration::from_secs(30 * 24 * 60 * 60);
+
+/// How far a first run looks back unless told: the 3 days Stripe retries
+/// a live-mode delivery for (what is older was either delivered or given up).
+pub const DEFAULT_FIRST_LOOKBACK: Duration = Duration::from_secs(3 * 24 * 60 * 60);
+
+/// The most types one list request may filter on (`types[]`).
+/// <https://docs.stripe.com/api/events/list#list_events-types>
+pub const MAX_TYPES: usize = 20;
+
+/// The largest page Stripe serves.
+const MAX_PAGE: u32 = 100;
+
+/// How to reach a Stripe account's events.
+#[derive(Clone)]
+pub struct StripeApi {
+    api_key: String,
+    base_url: Url,
+    only_failed: bool,
+    first_lookback: Duration,
+    page_size: u32,
+}
+
+impl std::fmt::Debug for StripeApi {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("StripeApi")
+            .field("base_url", &self.base_url.as_str())
+            .field("only_failed", &self.only_failed)
+            .field("first_lookback", &self.first_lookback)
+            .field("page_size", &self.page_size)
+            .finish_non_exhaustive()
+    }
+}
+
+impl StripeApi {
+    /// Stripe's API (`https://api.stripe.com`) with this secret or
+    /// restricted key (a restricted key needs only read access to events).
+    pub fn new(api_key: impl Into<String>) -> Self {
+        Self {
+            api_key: api_key.into(),
+            base_url: Url::parse("https://api.stripe.com").expect("a valid constant URL"),
+            only_failed: false,
+            first_lookback: DEFAULT_FIRST_LOOKBACK,
+            page_size: MAX_PAGE,
+        }
+    }
+
+    /// Another address for the API (a test server, a proxy).
+    pub fn with_base_url(mut self, base_url: &str) -> Result<Self, ReconcileError> {
+        self.base_url = parse_base(base_url)?;
+        Ok(self)
+    }
+
+    /// List only events Stripe has not delivered to every endpoint
+    /// (`delivery_success=false`): far fewer pages on a healthy account.
+    pub fn only_failed(mut self, only_failed: bool) -> Self {
+        self.only_failed = only_failed;
+        self
+    }
+
+    /// How far a first run looks back (at most [`EVENTS_HORIZON`]).
+    pub fn with_first_lookback(mut self, lookback: Duration) -> Self {
+        self.first_lookback = lookback.min(EVENTS_HORIZON);
+        self
+    }
+
+    /// Events per page (1 to 100).
+    pub fn with_page_size(mut self, size: u32) -> Self {
+        self.page_size = size.clamp(1, MAX_PAGE);
+        self
+    }
+}
+
+/// A base URL for an API: absolute, http or https, no query.
+pub(crate) fn parse_base(base_url: &str) -> Result<Url, ReconcileError> {
+    let url = Url::parse(base_url)
+        .map_err(|error| ReconcileError::Config(format!("API base URL `{base_url}`: {error}")))?;
+    if !matches!(url.scheme(), "http" | "https") || url.query().is_some() {
+        return Err(ReconcileError::Config(format!(
+            "API base URL `{base_url}`: give an http(s) address with no query"
+        )));
+    }
+    Ok(url)
+}
+
+/// One page of `GET /v1/events`.
+#[derive(Debug, Deserialize)]
+struct EventPage {
+    data: Vec<serde_json::Value>,
+    has_more: bool,
+}
+
+/// The fields of an event a run reads; the whole object is the payload.
+#[derive(Debug, Deserialize)]
+struct EventHead {
+    id: String,
+    #[serde(rename = "type")]
+    kind: String,
+    created: i64,
+}
+
+/// Where a page starts.
+enum PageFrom<'a> {
+    /// The events just newer than this one.
+    NewerThan(&'a str),
+    /// The events just older than this one, or (`None`) the newest.
+    OlderThan(Option<&'a str>),
+}
+
+/// Why a forward run could not start from its cursor.
+enum Forward {
+    Done,
+    /// Stripe no longer has the cursor's event (past the horizon).
+    CursorGone,
+}
+
+/// Pull what the inbox is missing of `run.source` from Stripe.
+pub(crate) async fn pull(api: &StripeApi, run: &mut RunContext<'_>) -> Result<(), ReconcileError> {
+    let filter = KindFilter::of(run);
+    if filter.takes_nothing() {
+        run.note("no handler takes any kind of this source: nothing to reconcile".to_owned());
+        run.summary.complete = true;
+        return Ok(());
+    }
+    let cursor = run.cursor_id().map(str::to_owned);
+    match (run.request.since, cursor) {
+        (Some(since), _) => window(api, run, &filter, since.min(EVENTS_HORIZON)).await,
+        (None, None) => window(api, run, &filter, api.first_lookback).await,
+        (None, Some(cursor)) => match forward(api, run, &filter, &cursor).await? {
+            Forward::Done => Ok(()),
+            Forward::CursorGone => {
+                run.note(format!(
+                    "Stripe no longer lists the cursor's event {cursor} (older than its 30 days): \
+                     read the whole 30 days instead; anything older cannot be recovered"
+                ));
+                window(api, run, &filter, EVENTS_HORIZON).await
+            }
+        },
+    }
+}
+
+/// Page forward from `cursor`, oldest page first, moving the cursor after
+/// each whole page.
+async fn forward(
+    api: &StripeApi,
+    run: &mut RunContext<'_>,
+    filter: &KindFilter,
+    cursor: &str,
+) -> Result<Forward, ReconcileError> {
+    let mut cursor = cursor.to_owned();
+    loop {
+        run.keep_lease().await?;
+        let request = list_request(api, filter, PageFrom::NewerThan(&cursor), None);
+        let response = run.client.send(&request, run.cancel).await?;
+        if response.status.as_u16() == 404 && is_resource_missing(&response) {
+            return Ok(Forward::CursorGone);
+        }
+        let page = page_of(&request, &response)?;
+        let heads = heads_of(&request, &page)?;
+        // Newest first: handle the page oldest first.
+        for (head, event) in heads.iter().zip(&page.data).rev() {
+            take(run, filter, head, event).await?;
+        }
+        if let Some(newest) = heads.first() {
+            run.advance(&newest.id, created_at(newest.created)).await?;
+            cursor.clone_from(&newest.id);
+        }
+        run.page_done();
+        if !page.has_more || heads.is_empty() {
+            run.summary.complete = true;
+            return Ok(Forward::Done);
+        }
+    }
+}
+
+/// Page back from now to `now - since`; move the cursor to the newest event
+/// when every page was read and no gap is left behind the window.
+async fn window(
+    api: &StripeApi,
+    run: &mut RunContext<'_>,
+    filter: &KindFilter,
+    since: Duration,
+) -> Result<(), ReconcileError> {
+    let start = run.window_start(since);
+    let mut newest: Option<(String, i64)> = None;
+    let mut older_than: Option<String> = None;
+    loop {
+        run.keep_lease().await?;
+        let from = PageFrom::OlderThan(older_than.as_deref());
+        let request = list_request(api, filter, from, Some(start.timestamp()));
+        let response = run.client.send(&request, run.cancel).await?;
+        let page = page_of(&request, &response)?;
+        let heads = heads_of(&request, &page)?;
+        for (head, event) in heads.iter().zip(&page.data) {
+            take(run, filter, head, event).await?;
+        }
+        if newest.is_none() {
+            newest = heads.first().map(|head| (head.id.clone(), head.created));
+        }
+        run.page_done();
+        match heads.last() {
+            Some(oldest) if page.has_more => older_than = Some(oldest.id.clone()),
+            _ => break,
+        }
+    }
+    run.summary.complete = true;
+    let no_gap = run.cursor_at().is_none_or(|at| at >= start);
+    if let Some((id, created)) = newest {
+        let moves_on = run
+            .cursor_at()
+            .is_none_or(|at| Some(at) < created_at(created));
+        if no_gap && moves_on {
+            run.advance(&id, created_at(created)).await?;
+        }
+    }
+    Ok(())
+}
+
+/// Record one listed event, or count it as not handled.
+async fn take(
+    run: &mut RunContext<'_>,
+    filter: &KindFilter,
+    head: &EventHead,
+    event: &serde_json::Value,
+) -> Result<(), ReconcileError> {
+    if !filter.takes(&head.kind) {
+        run.summary.not_handled += 1;
+        return Ok(());
+    }
+    run.record(&head.id, &head.kind, event.clone()).await
+}
+
+/// `GET /v1/events` with the run's filters.
+fn list_request(
+    api: &StripeApi,
+    filter: &KindFilter,
+    from: PageFrom<'_>,
+    created_since: Option<i64>,
+) -> ApiRequest {
+    let mut url = api.base_url.clone();
+    url.set_path(&format!("{}v1/events", trailing_slash(url.path())));
+    {
+        let mut query = url.query_pairs_mut();
+        query.append_pair("limit", &api.page_size.to_string());
+        match from {
+            PageFrom::NewerThan(id) => {
+                query.append_pair("ending_before", id);
+            }
+            PageFrom::OlderThan(Some(id)) => {
+                query.append_pair("starting_after", id);
+            }
+            PageFrom::OlderThan(None) => {}
+        }
+        if let Some(since) = created_since {
+            query.append_pair("created[gte]", &since.to_string());
+        }
+        if let Some(kinds) = filter.server_side(MAX_TYPES) {
+            for kind in kinds {
+                query.append_pair("types[]", kind);
+            }
+        }
+        if api.only_failed {
+            query.append_pair("delivery_success", "false");
+        }
+    }
+    ApiRequest::get(url).header(AUTHORIZATION, format!("Bearer {}", api.api_key))
+}
+
+/// The path of a base URL, ending in `/`.
+pub(crate) fn trailing_slash(path: &str) -> String {
+    if path.ends_with('/') {
+        path.to_owned()
+    } else {
+        format!("{path}/")
+    }
+}
+
+/// The page, or Stripe's refusal in words.
+fn page_of(request: &ApiRequest, response: &ApiResponse) -> Result<EventPage, ReconcileError> {
+    let what = request.what();
+    if !response.status.is_success() {
+        return Err(response.refused(
+            &what,
+            "check the API key (a secret or restricted key with read access to events) and the base URL",
+        ));
+    }
+    response.json(&what)
+}
+
+/// The id, type and time of each event on a page.
+fn heads_of(request: &ApiRequest, page: &EventPage) -> Result<Vec<EventHead>, ReconcileError> {
+    page.data
+        .iter()
+        .map(|event| {
+            EventHead::deserialize(event).map_err(|error| ReconcileError::Malformed {
+                what: request.what(),
+                reason: format!("an event: {error}"),
+            })
+        })
+        .collect()
+}
+
+/// Stripe's `resource_missing`: the cursor's event is gone.
+fn is_resource_missing(response: &ApiResponse) -> bool {
+    serde_json::from_slice::<serde_json::Value>(&response.body)
+        .ok()
+        .and_then(|body| {
+            body.pointer("/error/code")
+                .and_then(|code| code.as_str().map(|code| code == "resource_missing"))
+        })
+        .unwrap_or(false)
+}
+
+/// A Stripe `created` (Unix seconds) as a time.
+fn created_at(created: i64) -> Option<DateTime<Utc>> {
+    DateTime::from_timestamp(created, 0)
+}
