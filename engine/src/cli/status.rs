@@ -9,6 +9,7 @@ use super::duration::human;
 use super::table::Table;
 use super::{Failure, Output};
 use crate::event::EventState;
+use crate::reconcile_summary::ReconcileSummary;
 use crate::store::Store;
 
 pub(crate) const LONG_ABOUT: &str = "\
@@ -48,10 +49,40 @@ struct Status {
     stuck: i64,
     minutes: u32,
     done_per_minute: Vec<i64>,
+    /// Webhook subscriptions the last reconcile runs found the provider no
+    /// longer has (Shopify removes one after failed deliveries).
+    missing_subscriptions: Vec<SourceMissing>,
+}
+
+#[derive(Serialize)]
+struct SourceMissing {
+    source: String,
+    topic: String,
+    callback_url: String,
 }
 
 pub(crate) async fn run(store: &dyn Store, out: Output, args: StatusArgs) -> Result<(), Failure> {
     let report = store.status(args.minutes).await?;
+    let missing_subscriptions = store
+        .reconcile_cursors()
+        .await?
+        .into_iter()
+        .flat_map(|row| {
+            let summary: Option<ReconcileSummary> = row
+                .last_summary
+                .as_deref()
+                .and_then(|text| serde_json::from_str(text).ok());
+            let source = row.source;
+            summary
+                .into_iter()
+                .flat_map(|summary| summary.missing_subscriptions)
+                .map(move |missing| SourceMissing {
+                    source: source.clone(),
+                    topic: missing.topic,
+                    callback_url: missing.callback_url,
+                })
+        })
+        .collect();
     let mut totals = BTreeMap::new();
     for (state, _, count) in &report.counts {
         *totals.entry(state.as_str()).or_insert(0) += count;
@@ -73,6 +104,7 @@ pub(crate) async fn run(store: &dyn Store, out: Output, args: StatusArgs) -> Res
         stuck: report.stuck,
         minutes: args.minutes,
         done_per_minute: report.done_per_minute.clone(),
+        missing_subscriptions,
     };
     out.emit(&status, || render(&status, &report.oldest_pending_age))
 }
@@ -150,5 +182,12 @@ fn render(status: &Status, oldest: &Option<std::time::Duration>) -> String {
         ),
     ]);
     text.push_str(&facts.render());
+    for missing in &status.missing_subscriptions {
+        text.push_str(&format!(
+            "warning: {}: the provider has no webhook subscription for {} to {}; its events \
+             are not being sent — create it again (`tickmark reconcile --status`, docs/reconcile.md)\n",
+            missing.source, missing.topic, missing.callback_url
+        ));
+    }
     text
 }

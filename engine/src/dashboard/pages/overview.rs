@@ -12,8 +12,9 @@ use crate::dashboard::links::Base;
 use crate::dashboard::viewer::Viewer;
 use crate::dashboard::{store_failure, Shared};
 use crate::event::EventState;
+use crate::reconcile_summary::{MissingSubscription, ReconcileSummary};
 use crate::store::admin::{EventFilter, StatusReport};
-use crate::store::EventRecord;
+use crate::store::{EventRecord, ReconcileCursor};
 
 /// How many minutes the done-per-minute chart covers.
 const MINUTES: u32 = 60;
@@ -38,10 +39,15 @@ pub(crate) async fn page(State(shared): State<Arc<Shared>>, viewer: Viewer) -> P
         Ok(dead) => dead,
         Err(error) => return store_failure(&viewer, &error),
     };
+    let reconciled = match store.reconcile_cursors().await {
+        Ok(rows) => rows,
+        Err(error) => return store_failure(&viewer, &error),
+    };
     let counts = Counts::of(&report);
     let base = &viewer.base;
     let body = html! {
         h1 { "Overview" }
+        (missing_subscriptions(&reconciled))
         (cards(base, &report, &counts))
         h2 { "Events by source and state" }
         (counts_table(base, &counts))
@@ -203,6 +209,36 @@ fn throughput(done_per_minute: &[i64]) -> Markup {
         }
         p.muted {
             "oldest minute on the left · peak " (peak) "/min · " (total) " in the last hour"
+        }
+    }
+}
+
+/// A warning per webhook subscription the last reconcile run found the
+/// provider no longer has (Shopify removes one after failed deliveries):
+/// its events are not being sent at all.
+fn missing_subscriptions(reconciled: &[ReconcileCursor]) -> Markup {
+    let missing: Vec<(String, MissingSubscription)> = reconciled
+        .iter()
+        .filter_map(|row| {
+            let summary: ReconcileSummary =
+                serde_json::from_str(row.last_summary.as_deref()?).ok()?;
+            Some(
+                summary
+                    .missing_subscriptions
+                    .into_iter()
+                    .map(|missing| (row.source.clone(), missing)),
+            )
+        })
+        .flatten()
+        .collect();
+    html! {
+        @for (source, missing) in &missing {
+            p.notice.bad role="alert" {
+                strong { "Subscription missing: " }
+                (source) ": the provider has no subscription for " code { (missing.topic) }
+                " to " code { (missing.callback_url) }
+                ". Its events are not being sent: create the subscription again (docs/reconcile.md)."
+            }
         }
     }
 }
