@@ -85,7 +85,7 @@ pub(crate) struct ApiResponse {
 }
 
 /// Why one attempt did not produce an answer to return.
-enum AttemptFailure {
+pub(crate) enum AttemptFailure {
     /// Worth another attempt after `wait` (`None`: the backoff decides).
     Retry {
         reason: String,
@@ -154,52 +154,20 @@ impl ApiClient {
         })
     }
 
-    /// Send `request` until it is answered with a status that is not
-    /// retried, pacing and backing off; `cancel` stops the wait.
-    pub async fn send(
+    /// The settings this client was made with.
+    pub fn settings(&self) -> &ClientSettings {
+        &self.settings
+    }
+
+    /// Send `request` once, at this client's pace: the answer, or whether
+    /// and when it is worth sending again. [`RetryLoop`] decides how often.
+    pub async fn send_once(
         &self,
         request: &ApiRequest,
         cancel: &CancellationToken,
-    ) -> Result<ApiResponse, ReconcileError> {
-        let what = request.what();
-        let mut backoff = self.settings.first_backoff;
-        let mut attempt = 0;
-        loop {
-            attempt += 1;
-            self.wait_turn(cancel).await?;
-            let failure = match self.attempt(request, &what).await {
-                Ok(response) => return Ok(response),
-                Err(failure) => failure,
-            };
-            let (reason, wait) = match failure {
-                AttemptFailure::Stop(error) => return Err(error),
-                AttemptFailure::Retry { reason, wait } => (reason, wait),
-            };
-            if attempt >= self.settings.attempts {
-                return Err(ReconcileError::Unreachable {
-                    what,
-                    reason,
-                    attempts: attempt,
-                });
-            }
-            let wait = match wait {
-                Some(wait) if wait > self.settings.max_wait => {
-                    return Err(ReconcileError::RateLimited { what, wait });
-                }
-                Some(wait) => wait,
-                None => {
-                    let spread = backoff.mul_f64(0.5 + crate::jitter::unit() / 2.0);
-                    backoff = (backoff * 2).min(self.settings.max_wait);
-                    spread
-                }
-            };
-            tracing::warn!(%what, attempt, ?wait, %reason, "provider API: retrying");
-            tokio::select! {
-                biased;
-                () = cancel.cancelled() => return Err(ReconcileError::Cancelled),
-                () = tokio::time::sleep(wait) => {}
-            }
-        }
+    ) -> Result<ApiResponse, AttemptFailure> {
+        self.wait_turn(cancel).await.map_err(AttemptFailure::Stop)?;
+        self.attempt(request, &request.what()).await
     }
 
     /// Wait until this client may start its next request.
@@ -398,6 +366,62 @@ impl ApiResponse {
             message,
             hint,
         }
+    }
+}
+
+/// The retries of one request: how many are left, and how long to wait
+/// before the next.
+#[derive(Debug)]
+pub(crate) struct RetryLoop {
+    attempts: u32,
+    backoff: Duration,
+    settings: ClientSettings,
+    what: String,
+}
+
+impl RetryLoop {
+    /// The retries of `request` under `settings`.
+    pub fn new(settings: &ClientSettings, request: &ApiRequest) -> Self {
+        Self {
+            attempts: 0,
+            backoff: settings.first_backoff,
+            settings: settings.clone(),
+            what: request.what(),
+        }
+    }
+
+    /// After an attempt failed with `reason`: how long to wait before the
+    /// next, or the error that ends the run (attempts used up, or a pause
+    /// asked for that is longer than a run waits).
+    pub fn after_failure(
+        &mut self,
+        reason: String,
+        asked: Option<Duration>,
+    ) -> Result<Duration, ReconcileError> {
+        self.attempts += 1;
+        if self.attempts >= self.settings.attempts {
+            return Err(ReconcileError::Unreachable {
+                what: self.what.clone(),
+                reason,
+                attempts: self.attempts,
+            });
+        }
+        let wait = match asked {
+            Some(wait) if wait > self.settings.max_wait => {
+                return Err(ReconcileError::RateLimited {
+                    what: self.what.clone(),
+                    wait,
+                });
+            }
+            Some(wait) => wait,
+            None => {
+                let spread = self.backoff.mul_f64(0.5 + crate::jitter::unit() / 2.0);
+                self.backoff = (self.backoff * 2).min(self.settings.max_wait);
+                spread
+            }
+        };
+        tracing::warn!(what = %self.what, attempt = self.attempts, ?wait, %reason, "provider API: retrying");
+        Ok(wait)
     }
 }
 

@@ -271,9 +271,8 @@ async fn read_log(
     let mut order = Vec::new();
     let mut newest = None;
     loop {
-        run.keep_lease().await?;
         let request = api.request(ApiRequest::get(url.clone()))?;
-        let response = run.client.send(&request, run.cancel).await?;
+        let response = run.send(&request).await?;
         let page: Vec<Delivery> = answer(&request, &response)?.json(&request.what())?;
         let mut reached_end = page.is_empty();
         for delivery in page {
@@ -331,7 +330,7 @@ async fn recover(
             }
             let path = format!("{}/{}", api.hook.deliveries_path(), attempts.newest);
             let request = api.request(ApiRequest::get(api.url(&path)))?;
-            let response = run.client.send(&request, run.cancel).await?;
+            let response = run.send(&request).await?;
             let full: FullDelivery = answer(&request, &response)?.json(&request.what())?;
             run.record(guid, &attempts.kind, full.request.payload).await
         }
@@ -351,7 +350,7 @@ async fn recover(
                 attempts.newest
             );
             let request = api.request(ApiRequest::post(api.url(&path), None))?;
-            match run.client.send(&request, run.cancel).await {
+            match run.send(&request).await {
                 Ok(response) if response.status.is_success() => {
                     run.summary.redelivered += 1;
                     run.engine
@@ -363,6 +362,11 @@ async fn recover(
                     run.summary.failed += 1;
                     let refused = response.refused(&request.what(), GITHUB_HINT);
                     run.note(refused.to_string());
+                }
+                Err(error)
+                    if error.is_lease_lost() || matches!(error, ReconcileError::Cancelled) =>
+                {
+                    return Err(error);
                 }
                 Err(error) => {
                     run.summary.failed += 1;

@@ -7,7 +7,7 @@ use std::time::Duration;
 use chrono::{DateTime, Utc};
 use tokio_util::sync::CancellationToken;
 
-use super::api_client::ApiClient;
+use super::api_client::{ApiClient, ApiRequest, ApiResponse, AttemptFailure, RetryLoop};
 use super::error::ReconcileError;
 use super::progress::Progress;
 use crate::engine::Engine;
@@ -120,6 +120,28 @@ impl RunContext<'_> {
             store.reconcile_lease_extend(lease, self.lease_for).await?;
         }
         Ok(())
+    }
+
+    /// Send `request` to the provider, retrying what is worth retrying,
+    /// and extend the lease before **every** attempt: a process whose lease
+    /// lapsed while it waited out a `Retry-After` stops before it sends
+    /// again, so two processes never both pull.
+    pub async fn send(&self, request: &ApiRequest) -> Result<ApiResponse, ReconcileError> {
+        let mut retries = RetryLoop::new(self.client.settings(), request);
+        loop {
+            self.keep_lease().await?;
+            let (reason, asked) = match self.client.send_once(request, self.cancel).await {
+                Ok(response) => return Ok(response),
+                Err(AttemptFailure::Stop(error)) => return Err(error),
+                Err(AttemptFailure::Retry { reason, wait }) => (reason, wait),
+            };
+            let wait = retries.after_failure(reason, asked)?;
+            tokio::select! {
+                biased;
+                () = self.cancel.cancelled() => return Err(ReconcileError::Cancelled),
+                () = tokio::time::sleep(wait) => {}
+            }
+        }
     }
 
     /// Move the cursor to `cursor` (created at `at`), fenced by the lease;

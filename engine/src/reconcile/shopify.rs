@@ -144,13 +144,12 @@ pub(crate) async fn check(
     let mut have: Vec<Subscription> = Vec::new();
     let mut after: Option<String> = None;
     loop {
-        run.keep_lease().await?;
         let body = json!({ "query": QUERY, "variables": { "first": 100, "after": after } });
         let request = ApiRequest::post(url.clone(), Some(body.to_string().into_bytes())).header(
             HeaderName::from_static("x-shopify-access-token"),
             api.access_token.clone(),
         );
-        let response = run.client.send(&request, run.cancel).await?;
+        let response = run.send(&request).await?;
         let what = request.what();
         if !response.status.is_success() {
             return Err(response.refused(

@@ -185,9 +185,8 @@ async fn forward(
 ) -> Result<Forward, ReconcileError> {
     let mut cursor = cursor.to_owned();
     loop {
-        run.keep_lease().await?;
         let request = list_request(api, filter, PageFrom::NewerThan(&cursor), None);
-        let response = run.client.send(&request, run.cancel).await?;
+        let response = run.send(&request).await?;
         if response.status.as_u16() == 404 && is_resource_missing(&response) {
             return Ok(Forward::CursorGone);
         }
@@ -221,10 +220,9 @@ async fn window(
     let mut newest: Option<(String, i64)> = None;
     let mut older_than: Option<String> = None;
     loop {
-        run.keep_lease().await?;
         let from = PageFrom::OlderThan(older_than.as_deref());
         let request = list_request(api, filter, from, Some(start.timestamp()));
-        let response = run.client.send(&request, run.cancel).await?;
+        let response = run.send(&request).await?;
         let page = page_of(&request, &response)?;
         let heads = heads_of(&request, &page)?;
         for (head, event) in heads.iter().zip(&page.data) {
