@@ -21,6 +21,7 @@ pub mod pg_replica;
 pub mod pgbouncer;
 pub mod probe;
 pub mod skip;
+pub mod stripe_api;
 pub mod terminate;
 pub mod test_steps;
 pub mod wait;
