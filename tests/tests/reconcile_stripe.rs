@@ -1,0 +1,456 @@
+//! Reconciling Stripe (docs/reconcile.md): events Stripe gave up on are
+//! pulled from the loopback fake of `GET /v1/events` (tests/src/stripe_api,
+//! checked against stripe-python) and run once; live and pulled copies are
+//! one event; a run stopped mid-way resumes from its cursor; two processes
+//! never both pull; 429 and 5xx are waited out.
+
+mod reconcile_support;
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use reconcile_support::*;
+use serde_json::json;
+use tickmark::reconcile::{
+    NoProgress, Progress, ReconcileError, ReconcileSummary, RunRequest, StripeApi,
+};
+use tickmark::Backend;
+use tickmark_tests::stripe_api::FakeStripe;
+use tokio_util::sync::CancellationToken;
+
+const DAY: Duration = Duration::from_secs(24 * 3600);
+
+/// The fake's API for a reconciler: its address and key, 7 days back on a
+/// first run, pages of `page` events.
+fn api(fake: &FakeStripe, page: u32) -> StripeApi {
+    StripeApi::new(fake.api_key())
+        .with_base_url(&fake.base_url())
+        .expect("the fake's URL")
+        .with_first_lookback(7 * DAY)
+        .with_page_size(page)
+}
+
+fn invoice(n: usize) -> serde_json::Value {
+    json!({ "id": format!("in_{n}"), "object": "invoice", "amount_paid": 100 + n })
+}
+
+/// Advance the fake to the real now in steps of `step`, attempting every
+/// due delivery at each.
+async fn deliver_until_now(fake: &FakeStripe, step: Duration) {
+    let now = chrono::Utc::now().timestamp();
+    while fake.now() < now {
+        fake.advance(step.min(Duration::from_secs((now - fake.now()) as u64)));
+        fake.deliver_due().await;
+    }
+}
+
+async fn run(
+    reconciler: &tickmark::reconcile::Reconciler,
+    request: &RunRequest,
+) -> Result<ReconcileSummary, ReconcileError> {
+    reconciler
+        .run("stripe", request, &NoProgress, &CancellationToken::new())
+        .await
+}
+
+/// Events Stripe gave up on (the receiver answered 503 for 4 days, past
+/// Stripe's 3 days of retries) are pulled, recorded once and run once; a
+/// second run finds nothing new.
+async fn events_stripe_gave_up_on_are_pulled_and_run_once(backend: Backend) {
+    let Some((db, engine)) = test_engine(backend).await else {
+        return;
+    };
+    let receiver = SwitchedReceiver::start(&engine).await;
+    let fake = FakeStripe::start().await;
+    fake.add_endpoint(&receiver.url("stripe"), STRIPE_SECRET, &["*"]);
+    fake.set_now(chrono::Utc::now().timestamp() - 4 * 24 * 3600);
+    receiver.set_down(true);
+    let mut ids = Vec::new();
+    for n in 0..12 {
+        ids.push(fake.create_event(STRIPE_KIND, invoice(n)));
+        fake.create_event("customer.created", json!({ "id": format!("cus_{n}") }));
+        fake.advance(Duration::from_secs(3600));
+    }
+    deliver_until_now(&fake, Duration::from_secs(1800)).await;
+    for id in &ids {
+        let state = fake.delivery_state(id).expect("the fake has it");
+        assert!(state.given_up && !state.delivered, "{id}: {state:?}");
+    }
+    assert_eq!(
+        db.probe
+            .scalar("SELECT count(*) FROM tickmark_events")
+            .await,
+        0
+    );
+
+    receiver.set_down(false);
+    let clock_fake = fake.clone();
+    let reconciler = reconciler(&engine, "solo")
+        .with_clock(clock_of(move || clock_fake.now()))
+        .stripe("stripe", api(&fake, 5));
+    let summary = run(&reconciler, &RunRequest::default())
+        .await
+        .expect("a run");
+    assert_eq!(
+        (
+            summary.seen,
+            summary.recorded,
+            summary.already_had,
+            summary.failed
+        ),
+        (12, 12, 0, 0),
+        "{summary:?}"
+    );
+    assert!(summary.complete);
+    // Only the handled kind was asked for (types[]), page by page.
+    let lists: Vec<_> = fake
+        .requests()
+        .into_iter()
+        .filter(|request| request.path == "/v1/events")
+        .collect();
+    assert!(
+        lists
+            .iter()
+            .all(|request| request.query.contains("types%5B%5D=invoice.paid")),
+        "{lists:?}"
+    );
+    assert_eq!(lists.len(), 3, "12 events in pages of 5: {lists:?}");
+
+    drain(&engine).await;
+    for id in &ids {
+        assert_eq!(runs(&db, id).await, 1, "{id} ran once");
+    }
+    let again = run(&reconciler, &RunRequest::default())
+        .await
+        .expect("a run");
+    assert_eq!((again.seen, again.recorded), (0, 0), "{again:?}");
+    let cursor = db.store.reconcile_cursors().await.unwrap();
+    assert_eq!(cursor[0].cursor.as_deref(), ids.last().map(String::as_str));
+}
+
+#[tokio::test]
+async fn events_stripe_gave_up_on_are_pulled_and_run_once_sqlite() {
+    events_stripe_gave_up_on_are_pulled_and_run_once(Backend::Sqlite).await;
+}
+
+#[tokio::test]
+async fn events_stripe_gave_up_on_are_pulled_and_run_once_postgres() {
+    events_stripe_gave_up_on_are_pulled_and_run_once(Backend::Postgres).await;
+}
+
+/// A pulled copy, then Stripe's own retry of it; and a pushed copy, then a
+/// pull: each pair is one event, run once.
+#[tokio::test]
+async fn live_and_pulled_copies_are_one_event() {
+    let Some((db, engine)) = test_engine(Backend::Postgres).await else {
+        return;
+    };
+    let receiver = SwitchedReceiver::start(&engine).await;
+    let fake = FakeStripe::start().await;
+    fake.add_endpoint(&receiver.url("stripe"), STRIPE_SECRET, &[STRIPE_KIND]);
+    let clock_fake = fake.clone();
+    let reconciler = reconciler(&engine, "solo")
+        .with_clock(clock_of(move || clock_fake.now()))
+        .stripe("stripe", api(&fake, 100));
+
+    // Pulled first: the receiver was down for the first attempt.
+    receiver.set_down(true);
+    let pulled_first: Vec<String> = (0..4)
+        .map(|n| fake.create_event(STRIPE_KIND, invoice(n)))
+        .collect();
+    assert_eq!(fake.deliver_due().await.failed, 4);
+    receiver.set_down(false);
+    let summary = run(&reconciler, &RunRequest::default())
+        .await
+        .expect("a run");
+    assert_eq!(
+        (summary.recorded, summary.already_had),
+        (4, 0),
+        "{summary:?}"
+    );
+    fake.advance(Duration::from_secs(3600));
+    let retried = fake.deliver_due().await;
+    assert_eq!(
+        retried.delivered, 4,
+        "the retries reach a receiver that is up: {retried:?}"
+    );
+
+    // Pushed first: delivered live, then listed by the next run.
+    let pushed_first: Vec<String> = (4..7)
+        .map(|n| fake.create_event(STRIPE_KIND, invoice(n)))
+        .collect();
+    assert_eq!(fake.deliver_due().await.delivered, 3);
+    let summary = run(&reconciler, &RunRequest::default())
+        .await
+        .expect("a run");
+    assert_eq!(
+        (summary.recorded, summary.already_had),
+        (0, 3),
+        "{summary:?}"
+    );
+
+    drain(&engine).await;
+    for id in pulled_first.iter().chain(&pushed_first) {
+        assert_eq!(runs(&db, id).await, 1, "{id} ran once");
+    }
+    assert_eq!(
+        db.probe
+            .scalar("SELECT count(*) FROM tickmark_events")
+            .await,
+        7
+    );
+}
+
+/// Adds a fault to the fake after the run's second page: the run stops
+/// there, as a killed one would, with the cursor where that page left it.
+struct FailAfterSecondPage {
+    fake: FakeStripe,
+    armed: AtomicBool,
+}
+
+impl Progress for FailAfterSecondPage {
+    fn page(&self, pages: u64, _summary: &ReconcileSummary) {
+        if pages == 2 && self.armed.swap(false, Ordering::SeqCst) {
+            // Both attempts of the next request fail (quick_client: 2).
+            self.fake.fail_next(2, 503);
+        }
+    }
+}
+
+/// A run stopped after two of its pages resumes from its cursor: the next
+/// run starts after the second page, reads each remaining event once, and
+/// every event runs once.
+#[tokio::test]
+async fn a_reconciler_stopped_mid_run_resumes_from_its_cursor() {
+    let Some((db, engine)) = test_engine(Backend::Postgres).await else {
+        return;
+    };
+    let fake = FakeStripe::start().await;
+    let clock_fake = fake.clone();
+    let reconciler = reconciler(&engine, "solo")
+        .with_clock(clock_of(move || clock_fake.now()))
+        .stripe("stripe", api(&fake, 10));
+    let first = fake.create_event(STRIPE_KIND, invoice(0));
+    run(&reconciler, &RunRequest::default())
+        .await
+        .expect("a first run sets the cursor");
+
+    let ids: Vec<String> = (1..=35)
+        .map(|n| fake.create_event(STRIPE_KIND, invoice(n)))
+        .collect();
+    let progress = FailAfterSecondPage {
+        fake: fake.clone(),
+        armed: AtomicBool::new(true),
+    };
+    let stopped = reconciler
+        .run(
+            "stripe",
+            &RunRequest::default(),
+            &progress,
+            &CancellationToken::new(),
+        )
+        .await;
+    assert!(
+        matches!(stopped, Err(ReconcileError::Unreachable { .. })),
+        "{stopped:?}"
+    );
+    let cursor = db.store.reconcile_cursors().await.unwrap();
+    assert_eq!(
+        cursor[0].cursor.as_deref(),
+        Some(ids[19].as_str()),
+        "two whole pages of ten"
+    );
+    assert_eq!(
+        db.probe
+            .scalar("SELECT count(*) FROM tickmark_events")
+            .await,
+        21
+    );
+
+    let before = fake.requests().len();
+    let resumed = run(&reconciler, &RunRequest::default())
+        .await
+        .expect("the next run");
+    let first_request = &fake.requests()[before];
+    assert!(
+        first_request
+            .query
+            .contains(&format!("ending_before={}", ids[19])),
+        "resumes after the cursor: {first_request:?}"
+    );
+    assert_eq!(
+        (resumed.recorded, resumed.already_had),
+        (15, 0),
+        "{resumed:?}"
+    );
+    drain(&engine).await;
+    for id in std::iter::once(&first).chain(&ids) {
+        assert_eq!(runs(&db, id).await, 1, "{id} ran once");
+    }
+}
+
+/// One process holds the source's lease and stalls on a `Retry-After`
+/// longer than its lease; another takes the lapsed lease and reconciles.
+/// The first wakes, finds its lease gone, and stops before it sends again:
+/// the fake saw its two requests and the second process's pages, no more.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_processes_never_both_pull() {
+    let Some((db, engine)) = test_engine(Backend::Postgres).await else {
+        return;
+    };
+    let fake = FakeStripe::start().await;
+    let ids: Vec<String> = (0..25)
+        .map(|n| fake.create_event(STRIPE_KIND, invoice(n)))
+        .collect();
+    let make = |owner: &str| {
+        let clock_fake = fake.clone();
+        reconciler(&engine, owner)
+            .with_client_settings(tickmark::reconcile::ClientSettings {
+                attempts: 3,
+                ..quick_client()
+            })
+            .expect("settings")
+            .with_lease(Duration::from_secs(1))
+            .with_clock(clock_of(move || clock_fake.now()))
+            .stripe("stripe", api(&fake, 10))
+    };
+    let (first, second) = (make("first"), make("second"));
+
+    // The first's second request is told to wait 3 s: twice its lease.
+    struct StallSecondRequest(FakeStripe);
+    impl Progress for StallSecondRequest {
+        fn page(&self, pages: u64, _summary: &ReconcileSummary) {
+            if pages == 1 {
+                self.0.rate_limit_next(1, Duration::from_secs(3));
+            }
+        }
+    }
+    let stall = Arc::new(StallSecondRequest(fake.clone()));
+    let first_run = tokio::spawn({
+        let stall = stall.clone();
+        async move {
+            first
+                .run(
+                    "stripe",
+                    &RunRequest::default(),
+                    stall.as_ref(),
+                    &CancellationToken::new(),
+                )
+                .await
+        }
+    });
+    // Wait until the first has been told to wait (its second request answered 429).
+    tickmark_tests::wait::until(
+        "the first process told to wait (429)",
+        Duration::from_secs(30),
+        || {
+            let fake = fake.clone();
+            async move { fake.requests().iter().any(|request| request.status == 429) }
+        },
+    )
+    .await;
+    // The second is refused while the first's lease lasts, then takes it.
+    let summary = loop {
+        match second
+            .run(
+                "stripe",
+                &RunRequest::default(),
+                &NoProgress,
+                &CancellationToken::new(),
+            )
+            .await
+        {
+            Err(ReconcileError::Busy { .. }) => {
+                tokio::time::sleep(Duration::from_millis(100)).await
+            }
+            other => break other.expect("the second's run"),
+        }
+    };
+    assert_eq!(summary.seen, 25, "{summary:?}");
+    let lost = first_run.await.expect("the first's task");
+    assert!(
+        matches!(&lost, Err(error) if error.is_lease_lost()),
+        "the first stops on its lost lease: {lost:?}"
+    );
+    // Two of the first's, three pages of the second's (25 in tens).
+    let lists = fake
+        .requests()
+        .iter()
+        .filter(|r| r.path == "/v1/events")
+        .count();
+    assert_eq!(lists, 2 + 3, "{:#?}", fake.requests());
+    drain(&engine).await;
+    for id in &ids {
+        assert_eq!(runs(&db, id).await, 1, "{id} ran once");
+    }
+}
+
+/// A 429 is waited out for its `Retry-After`, a 500 retried, and the run
+/// then completes.
+#[tokio::test]
+async fn rate_limits_and_server_errors_are_waited_out() {
+    let Some((db, engine)) = test_engine(Backend::Sqlite).await else {
+        return;
+    };
+    let fake = FakeStripe::start().await;
+    for n in 0..3 {
+        fake.create_event(STRIPE_KIND, invoice(n));
+    }
+    fake.rate_limit_next(1, Duration::from_secs(1));
+    fake.fail_next(1, 500);
+    let clock_fake = fake.clone();
+    let reconciler = reconciler(&engine, "solo")
+        .with_client_settings(tickmark::reconcile::ClientSettings {
+            attempts: 4,
+            ..quick_client()
+        })
+        .expect("settings")
+        .with_clock(clock_of(move || clock_fake.now()))
+        .stripe("stripe", api(&fake, 10));
+    let summary = run(&reconciler, &RunRequest::default())
+        .await
+        .expect("a run");
+    assert_eq!(summary.recorded, 3);
+    let requests = fake.requests();
+    let statuses: Vec<u16> = requests.iter().map(|r| r.status).collect();
+    assert_eq!(statuses, [429, 500, 200]);
+    assert!(
+        requests[1].at.duration_since(requests[0].at) >= Duration::from_secs(1),
+        "the second request waited out Retry-After: 1"
+    );
+    drop(db);
+}
+
+/// A dry run counts and changes nothing: no lease, no cursor, no events.
+#[tokio::test]
+async fn a_dry_run_counts_and_changes_nothing() {
+    let Some((db, engine)) = test_engine(Backend::Sqlite).await else {
+        return;
+    };
+    let fake = FakeStripe::start().await;
+    for n in 0..4 {
+        fake.create_event(STRIPE_KIND, invoice(n));
+    }
+    let clock_fake = fake.clone();
+    let reconciler = reconciler(&engine, "solo")
+        .with_clock(clock_of(move || clock_fake.now()))
+        .stripe("stripe", api(&fake, 10));
+    let request = RunRequest {
+        dry_run: true,
+        since: Some(DAY),
+        ..RunRequest::default()
+    };
+    let summary = run(&reconciler, &request).await.expect("a dry run");
+    assert_eq!(
+        (summary.seen, summary.recorded, summary.dry_run),
+        (4, 4, true)
+    );
+    assert!(db.store.reconcile_cursors().await.unwrap().is_empty());
+    assert_eq!(
+        db.probe
+            .scalar("SELECT count(*) FROM tickmark_events")
+            .await,
+        0
+    );
+}
