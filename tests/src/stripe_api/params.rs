@@ -7,7 +7,11 @@
 //! (one name, or a group with `*` as a wildcard), `types` (up to 20 names;
 //! "You may pass either `type` or `types`, but not both"), `created` (an
 //! integer or `created[gt|gte|lt|lte]`), `delivery_success` (boolean),
-//! `expand` (accepted, nothing to expand here). Arrays arrive as `types[]=`
+//! `expand` (accepted, nothing to expand here). `delivery_success=false`
+//! lists the events "unsuccessfully delivered to at least one of your webhook
+//! endpoints" (still pending, or given up), as the recovery guide uses it
+//! with `ending_before` and `types[]`:
+//! <https://docs.stripe.com/webhooks/process-undelivered-events>. Arrays arrive as `types[]=`
 //! or indexed `types[0]=` (stripe-python's encoding).
 
 use super::errors::ApiError;

@@ -10,7 +10,10 @@
 //!   within [`ATTEMPT_TIMEOUT`], another status) fails the attempt.
 //! - Retries: "In live mode, Stripe attempts to deliver a given event to your
 //!   webhook endpoint for up to 3 days with an exponential back off"
-//!   (<https://docs.stripe.com/webhooks#automatic-retries>). Stripe does not
+//!   (<https://docs.stripe.com/webhooks#automatic-retries>; "Stripe
+//!   automatically resends the undelivered events to your endpoint for up to
+//!   three days", <https://docs.stripe.com/webhooks/process-undelivered-events>).
+//!   Stripe does not
 //!   publish the intervals; the fake uses [`retry_delay`]. A delivery still
 //!   failing when [`RETRY_WINDOW_SECS`] have passed since the event was
 //!   created (fake clock) is given up.
