@@ -13,6 +13,7 @@ pub mod cargo_bin;
 pub mod chaos;
 pub mod conformance;
 pub mod db;
+pub mod github_api;
 pub mod http_client;
 pub mod meeting;
 pub mod pg_auto_failover;
