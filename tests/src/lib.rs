@@ -21,6 +21,7 @@ pub mod pg_cluster;
 pub mod pg_replica;
 pub mod pgbouncer;
 pub mod probe;
+pub mod shopify_api;
 pub mod skip;
 pub mod terminate;
 pub mod test_steps;
