@@ -436,7 +436,7 @@ impl FakeGitHub {
             .filter(|d| d.hook.same_as(&hook))
             .cloned()
             .collect();
-        deliveries.sort_by(|a, b| b.id.cmp(&a.id));
+        deliveries.sort_by_key(|d| std::cmp::Reverse(d.id));
         deliveries
     }
 }

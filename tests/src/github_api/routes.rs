@@ -204,7 +204,7 @@ fn list(shared: &Shared, hook: HookRef, raw_query: Option<&str>) -> Answer {
             d.hook.same_as(&hook) && state.retained(d.delivered_at) && d.matches(query.status)
         })
         .collect();
-    kept.sort_by(|a, b| b.id.cmp(&a.id));
+    kept.sort_by_key(|d| std::cmp::Reverse(d.id));
     let ids: Vec<u64> = kept.iter().map(|d| d.id).collect();
     let page = pagination::page(&ids, &query);
     let items: Vec<Value> = page
