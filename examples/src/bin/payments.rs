@@ -30,6 +30,7 @@ use tickmark::receiver::{
     Limits, PublicBaseUrl, DEFAULT_BODY_LIMIT, DEFAULT_MAX_CONNECTIONS,
     DEFAULT_MAX_CONNECTIONS_PER_ADDRESS, DEFAULT_MAX_IN_FLIGHT,
 };
+use tickmark::reconcile::{Reconciler, StripeApi};
 use tickmark::serve::DEFAULT_MAX_REQUESTS_PER_CONNECTION;
 use tickmark::{Engine, Receiver, WorkerConfig};
 use tickmark_examples::payments::{self, ReceiptClient, ReceiptUrl, Settings, SourceSetup};
@@ -67,6 +68,7 @@ Environment (a source without its secret is off: its path answers 404):
   TWILIO_AUTH_TOKEN        Twilio auth token (set --public-url behind a proxy)
   DATABASE_URL             same as --database-url
   TICKMARK_DASHBOARD_TOKEN same as --dashboard-token
+  STRIPE_API_KEY           same as --stripe-api-key: reconcile what the receiver missed
   RUST_LOG                 log filter (default: info)
 Each secret variable may hold several comma-separated secrets while one is rotated.
 
@@ -180,6 +182,27 @@ struct Args {
     /// counts and names, never payloads; the pages stay private).
     #[arg(long, requires = "dashboard_listen")]
     metrics_public: bool,
+
+    /// Stripe's secret or restricted key (read access to events). With it,
+    /// a reconciler beside the worker pulls from `GET /v1/events` what the
+    /// receiver missed (Stripe gives up after 3 days), every
+    /// --reconcile-every, one process of the fleet at a time
+    /// (docs/reconcile.md).
+    #[arg(
+        long,
+        env = "STRIPE_API_KEY",
+        value_name = "KEY",
+        hide_env_values = true
+    )]
+    stripe_api_key: Option<String>,
+
+    /// Seconds between two reconcile runs (with up to a tenth more at random).
+    #[arg(long, value_name = "SECS", default_value = "600", value_parser = parse_seconds)]
+    reconcile_every: Duration,
+
+    /// Another address for Stripe's API (a proxy, a test server).
+    #[arg(long, value_name = "URL")]
+    stripe_api_base: Option<String>,
 }
 
 /// A number of seconds (`10`, `0.5`), positive and at most a day.
@@ -311,6 +334,25 @@ async fn run(args: Args) -> Result<(), String> {
         .worker(WorkerConfig::default())
         .map_err(|e| format!("invalid worker settings: {e}"))?;
     let worker = tokio::spawn(worker.run(stop_worker.clone()));
+    let reconciler = match &args.stripe_api_key {
+        Some(key) => {
+            let mut stripe = StripeApi::new(key.clone());
+            if let Some(base) = &args.stripe_api_base {
+                stripe = stripe
+                    .with_base_url(base)
+                    .map_err(|e| format!("--stripe-api-base: {e}"))?;
+            }
+            let reconciler = Reconciler::new(engine.clone())
+                .map_err(|e| format!("cannot start the reconciler: {e}"))?
+                .stripe("stripe", stripe);
+            tracing::info!(every = ?args.reconcile_every, "reconciler on: stripe, from GET /v1/events");
+            Some(reconciler.spawn_every(args.reconcile_every, stop_worker.clone()))
+        }
+        None => {
+            tracing::info!("reconciler off: set STRIPE_API_KEY to pull what the receiver missed");
+            None
+        }
+    };
     // On the signal, the HTTP server and the worker stop together: the
     // worker's grace period for running steps runs while the connections
     // finish, not after them (a client holding a connection must not hold
@@ -356,6 +398,11 @@ async fn run(args: Args) -> Result<(), String> {
     }
     stop_worker.cancel();
     let worked = worker.await;
+    if let Some(reconciler) = reconciler {
+        if let Err(e) = reconciler.await {
+            tracing::warn!("the reconciler stopped unexpectedly: {e}");
+        }
+    }
     served.map_err(|e| format!("the HTTP server failed: {e}"))?;
     match worked {
         Ok(Ok(())) => {}
