@@ -94,13 +94,14 @@
 //! | [`metrics`] | counters and queue gauges in the Prometheus text format |
 //! | [`dashboard`] | the operators' web page: overview, event list, step-status table, retry button |
 //! | [`ops`] | the operations router: `GET /metrics` and the dashboard, to serve beside the receiver |
+//! | [`reconcile`] | recovering what a provider gave up on from its own API (Stripe's events, GitHub's delivery log, Shopify's subscriptions) |
 //!
 //! The guarantees, and the tests that prove them, are listed in `docs/guarantees.md`;
 //! the layers these modules form, in `docs/architecture.md`.
 //!
 //! ## Cargo features
 //!
-//! All on by default. An application that embeds only the engine turns the
+//! All but `testing` on by default. An application that embeds only the engine turns the
 //! rest off: `tickmark = { version = "0.1", default-features = false,
 //! features = ["postgres"] }` builds no HTTP stack, no SQLite and no CLI.
 //!
@@ -112,6 +113,8 @@
 //! | `dashboard` | [`dashboard`] and [`ops`]: the operators' pages and `GET /metrics` |
 //! | `serve` | [`serve`]: serving a router with connection and time limits (on with `receiver` or `dashboard`) |
 //! | `cli` | [`cli`] and the `tickmark` binary |
+//! | `reconcile` | [`reconcile`] and `tickmark reconcile`: an HTTPS client (rustls) for the providers' APIs |
+//! | `testing` | `tickmark::testing`, the test kit for your own handlers (off by default: a `[dev-dependencies]` feature) |
 //!
 //! At least one backend is needed. The engine itself (steps, handlers, the
 //! inbox, workers, operator actions, metrics counters) is in every build.

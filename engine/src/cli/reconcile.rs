@@ -89,7 +89,7 @@ pub(crate) struct ReconcileArgs {
     /// Forget the source's cursor first (then --since, or the first run's 3 days)
     #[arg(long)]
     from_scratch: bool,
-    /// Another address for the provider's API (a proxy, GitHub Enterprise's https://HOST/api/v3)
+    /// Another address for Stripe's or GitHub's API (a proxy, GitHub Enterprise's https://HOST/api/v3)
     #[arg(long, value_name = "URL")]
     api_base: Option<String>,
     /// Stripe: list only events not delivered to every endpoint (delivery_success=false)
@@ -238,9 +238,8 @@ fn configure(
                 .clone()
                 .ok_or_else(|| missing("SHOPIFY_ACCESS_TOKEN (or --shopify-access-token)"))?;
             let shop = args
-                .api_base
+                .shop_url
                 .as_deref()
-                .or(args.shop_url.as_deref())
                 .ok_or_else(|| missing("--shop-url https://SHOP.myshopify.com"))?;
             let callback = args
                 .callback_url

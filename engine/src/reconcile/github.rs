@@ -27,10 +27,10 @@ use serde::Deserialize;
 use url::Url;
 
 use super::api_client::{ApiRequest, ApiResponse};
+use super::base_url::{parse_base, trailing_slash};
 use super::error::ReconcileError;
 use super::link_header::next_link;
 use super::run_context::{KindFilter, RunContext};
-use super::stripe::{parse_base, trailing_slash};
 
 /// How long GitHub lists a hook's deliveries on github.com.
 /// <https://docs.github.com/en/webhooks/testing-and-troubleshooting-webhooks/redelivering-webhooks>

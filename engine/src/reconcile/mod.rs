@@ -38,6 +38,7 @@
 //! (`tickmark reconcile`).
 
 mod api_client;
+mod base_url;
 mod error;
 mod github;
 mod link_header;

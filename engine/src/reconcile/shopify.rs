@@ -22,9 +22,9 @@ use serde_json::json;
 use url::Url;
 
 use super::api_client::ApiRequest;
+use super::base_url::{parse_base, trailing_slash};
 use super::error::ReconcileError;
 use super::run_context::{KindFilter, RunContext};
-use super::stripe::{parse_base, trailing_slash};
 use crate::reconcile_summary::MissingSubscription;
 
 /// The Admin API version asked for: the first with `WebhookSubscription.uri`.

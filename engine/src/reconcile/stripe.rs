@@ -29,6 +29,7 @@ use serde::Deserialize;
 use url::Url;
 
 use super::api_client::{ApiRequest, ApiResponse};
+use super::base_url::{parse_base, trailing_slash};
 use super::error::ReconcileError;
 use super::run_context::{KindFilter, RunContext};
 
@@ -105,18 +106,6 @@ impl StripeApi {
         self.page_size = size.clamp(1, MAX_PAGE);
         self
     }
-}
-
-/// A base URL for an API: absolute, http or https, no query.
-pub(crate) fn parse_base(base_url: &str) -> Result<Url, ReconcileError> {
-    let url = Url::parse(base_url)
-        .map_err(|error| ReconcileError::Config(format!("API base URL `{base_url}`: {error}")))?;
-    if !matches!(url.scheme(), "http" | "https") || url.query().is_some() {
-        return Err(ReconcileError::Config(format!(
-            "API base URL `{base_url}`: give an http(s) address with no query"
-        )));
-    }
-    Ok(url)
 }
 
 /// One page of `GET /v1/events`.
@@ -298,15 +287,6 @@ fn list_request(
         }
     }
     ApiRequest::get(url).header(AUTHORIZATION, format!("Bearer {}", api.api_key))
-}
-
-/// The path of a base URL, ending in `/`.
-pub(crate) fn trailing_slash(path: &str) -> String {
-    if path.ends_with('/') {
-        path.to_owned()
-    } else {
-        format!("{path}/")
-    }
 }
 
 /// The page, or Stripe's refusal in words.
