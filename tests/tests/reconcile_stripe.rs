@@ -454,3 +454,73 @@ async fn a_dry_run_counts_and_changes_nothing() {
         0
     );
 }
+
+/// A run that dies in the middle of a page (its inbox write fails at the
+/// third event of the third page, by a trigger of the test's) leaves the
+/// cursor at the second page; the next run reads the third page again:
+/// the two events recorded before the failure are duplicates, the rest are
+/// recorded, and each runs once.
+#[tokio::test]
+async fn a_run_that_dies_mid_page_reads_that_page_again() {
+    let Some((db, engine)) = test_engine(Backend::Postgres).await else {
+        return;
+    };
+    let fake = FakeStripe::start().await;
+    let clock_fake = fake.clone();
+    let reconciler = reconciler(&engine, "solo")
+        .with_clock(clock_of(move || clock_fake.now()))
+        .stripe("stripe", api(&fake, 10));
+    let first = fake.create_event(STRIPE_KIND, invoice(0));
+    run(&reconciler, &RunRequest::default())
+        .await
+        .expect("a first run sets the cursor");
+    let ids: Vec<String> = (1..=25)
+        .map(|n| fake.create_event(STRIPE_KIND, invoice(n)))
+        .collect();
+
+    db.probe
+        .execute(&format!(
+            "CREATE FUNCTION test_fail_on_key() RETURNS trigger AS $$ BEGIN \
+             IF NEW.dedup_key = '{}' THEN RAISE EXCEPTION 'injected: the process dies here'; END IF; \
+             RETURN NEW; END $$ LANGUAGE plpgsql",
+            ids[22]
+        ))
+        .await;
+    db.probe
+        .execute(
+            "CREATE TRIGGER test_fail BEFORE INSERT ON tickmark_events \
+             FOR EACH ROW EXECUTE FUNCTION test_fail_on_key()",
+        )
+        .await;
+    let died = run(&reconciler, &RunRequest::default()).await;
+    assert!(matches!(died, Err(ReconcileError::Store(_))), "{died:?}");
+    let cursor = db.store.reconcile_cursors().await.unwrap();
+    assert_eq!(
+        cursor[0].cursor.as_deref(),
+        Some(ids[19].as_str()),
+        "two whole pages"
+    );
+    assert_eq!(
+        db.probe
+            .scalar("SELECT count(*) FROM tickmark_events")
+            .await,
+        1 + 22,
+        "the third page's first two events were recorded before the failure"
+    );
+
+    db.probe
+        .execute("DROP TRIGGER test_fail ON tickmark_events")
+        .await;
+    let resumed = run(&reconciler, &RunRequest::default())
+        .await
+        .expect("the next run");
+    assert_eq!(
+        (resumed.already_had, resumed.recorded),
+        (2, 3),
+        "{resumed:?}"
+    );
+    drain(&engine).await;
+    for id in std::iter::once(&first).chain(&ids) {
+        assert_eq!(runs(&db, id).await, 1, "{id} ran once");
+    }
+}
