@@ -9,6 +9,8 @@
 
 mod reconcile_support;
 
+use std::time::Duration;
+
 use reconcile_support::*;
 use serde_json::json;
 use tickmark::reconcile::{
@@ -271,4 +273,76 @@ async fn dashboard_overview(engine: &Engine) -> String {
     .await;
     assert_eq!(reply.status, 200);
     String::from_utf8_lossy(&reply.body).into_owned()
+}
+
+/// An organisation's hook and the App's hook are read at their own paths,
+/// and GitHub's rate limits (a secondary limit's 403 with `Retry-After`, a
+/// primary limit used up until `x-ratelimit-reset`) are waited out.
+#[tokio::test]
+async fn organisation_and_app_hooks_are_reconciled_through_rate_limits() {
+    let Some((db, engine)) = test_engine(Backend::Sqlite).await else {
+        return;
+    };
+    let receiver = SwitchedReceiver::start(&engine).await;
+    let fake = FakeGitHub::start().await;
+    let org_hook = fake.add_org_hook("acme", &receiver.url("github"), GITHUB_SECRET);
+    fake.set_app_hook(&receiver.url("github"), GITHUB_SECRET);
+    receiver.set_down(true);
+    let org_missed = fake
+        .send(HookRef::org("acme", org_hook), GITHUB_KIND, issue(1))
+        .await;
+    let app_missed = fake.send(HookRef::App, GITHUB_KIND, issue(2)).await;
+    receiver.set_down(false);
+
+    let hook_api = |hook: GitHubHook| {
+        GitHubApi::new(fake.token(), hook)
+            .with_base_url(&fake.base_url())
+            .expect("the fake's URL")
+    };
+    let clock_fake = fake.clone();
+    let reconciler = reconciler(&engine, "solo")
+        .with_client_settings(tickmark::reconcile::ClientSettings {
+            attempts: 3,
+            ..quick_client()
+        })
+        .expect("settings")
+        .with_clock(clock_of(move || clock_fake.now()))
+        .github(
+            "github",
+            hook_api(GitHubHook::Organization {
+                org: "acme".into(),
+                hook_id: org_hook,
+            }),
+        )
+        .github("github-app", hook_api(GitHubHook::App));
+    fake.secondary_rate_limit_next(1, Duration::from_secs(1));
+    let org = run(&reconciler, "github").await;
+    assert_eq!(org.redelivered, 1, "{org:?}");
+    fake.primary_rate_limit_next(1, Duration::from_secs(1));
+    // The App's deliveries are another source's here: the receiver takes
+    // them as `github`, so the handlers' kinds are given by hand.
+    let app = reconciler
+        .run(
+            "github-app",
+            &RunRequest {
+                kinds: Some(vec![GITHUB_KIND.to_owned()]),
+                ..RunRequest::default()
+            },
+            &NoProgress,
+            &CancellationToken::new(),
+        )
+        .await
+        .expect("the App's run");
+    assert_eq!(app.redelivered, 1, "{app:?}");
+    let statuses: Vec<u16> = fake.requests().iter().map(|r| r.status).collect();
+    assert_eq!(
+        statuses.iter().filter(|s| **s == 403).count(),
+        2,
+        "{statuses:?}"
+    );
+    fake.wait_idle().await;
+    drain(&engine).await;
+    for guid in [&org_missed.guid, &app_missed.guid] {
+        assert_eq!(runs(&db, guid).await, 1, "{guid} ran once");
+    }
 }
