@@ -29,8 +29,9 @@ use url::Url;
 use super::api_client::{ApiRequest, ApiResponse};
 use super::base_url::{parse_base, trailing_slash};
 use super::error::ReconcileError;
+use super::kind_filter::KindFilter;
 use super::link_header::next_link;
-use super::run_context::{KindFilter, RunContext};
+use super::run_context::RunContext;
 
 /// How long GitHub lists a hook's deliveries on github.com.
 /// <https://docs.github.com/en/webhooks/testing-and-troubleshooting-webhooks/redelivering-webhooks>

@@ -41,6 +41,7 @@ mod api_client;
 mod base_url;
 mod error;
 mod github;
+mod kind_filter;
 mod link_header;
 mod progress;
 mod run_context;

@@ -52,56 +52,6 @@ pub(crate) struct RunContext<'a> {
     pub now: DateTime<Utc>,
 }
 
-/// Which kinds a run takes: the server-side filter it may send, and the
-/// check each listed object passes.
-#[derive(Debug, Clone)]
-pub(crate) struct KindFilter {
-    /// `None`: every kind.
-    kinds: Option<Vec<String>>,
-}
-
-impl KindFilter {
-    /// The kinds the request names, else the ones the handlers take for the
-    /// source (every kind when a handler takes `*`).
-    pub fn of(run: &RunContext<'_>) -> Self {
-        if let Some(kinds) = &run.request.kinds {
-            return Self {
-                kinds: (!kinds.is_empty()).then(|| kinds.clone()),
-            };
-        }
-        let registry = run.engine.registry();
-        if registry.takes_every_kind(run.source) {
-            return Self { kinds: None };
-        }
-        let kinds = registry
-            .named_kinds(run.source)
-            .into_iter()
-            .map(str::to_owned)
-            .collect();
-        Self { kinds: Some(kinds) }
-    }
-
-    /// The kinds to ask the provider for, when it can filter by at most
-    /// `most` of them (`None`: ask for every kind and check each here).
-    pub fn server_side(&self, most: usize) -> Option<&[String]> {
-        self.kinds
-            .as_deref()
-            .filter(|kinds| !kinds.is_empty() && kinds.len() <= most)
-    }
-
-    /// Whether no kind at all is taken: nothing to reconcile.
-    pub fn takes_nothing(&self) -> bool {
-        self.kinds.as_ref().is_some_and(Vec::is_empty)
-    }
-
-    /// Whether an object of `kind` is taken.
-    pub fn takes(&self, kind: &str) -> bool {
-        self.kinds
-            .as_ref()
-            .is_none_or(|kinds| kinds.iter().any(|taken| taken == kind))
-    }
-}
-
 impl RunContext<'_> {
     /// Stop here when the run was told to.
     pub fn check_cancelled(&self) -> Result<(), ReconcileError> {

@@ -24,7 +24,8 @@ use url::Url;
 use super::api_client::ApiRequest;
 use super::base_url::{parse_base, trailing_slash};
 use super::error::ReconcileError;
-use super::run_context::{KindFilter, RunContext};
+use super::kind_filter::KindFilter;
+use super::run_context::RunContext;
 use crate::reconcile_summary::MissingSubscription;
 
 /// The Admin API version asked for: the first with `WebhookSubscription.uri`.

@@ -31,7 +31,8 @@ use url::Url;
 use super::api_client::{ApiRequest, ApiResponse};
 use super::base_url::{parse_base, trailing_slash};
 use super::error::ReconcileError;
-use super::run_context::{KindFilter, RunContext};
+use super::kind_filter::KindFilter;
+use super::run_context::RunContext;
 
 /// How long Stripe keeps events listable: 30 days.
 /// <https://docs.stripe.com/api/events>
