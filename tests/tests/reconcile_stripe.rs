@@ -524,3 +524,53 @@ async fn a_run_that_dies_mid_page_reads_that_page_again() {
         assert_eq!(runs(&db, id).await, 1, "{id} ran once");
     }
 }
+
+/// A window (`--since`) that does not reach back to the cursor leaves the
+/// cursor where it was: the next run from the cursor still finds what lies
+/// between.
+#[tokio::test]
+async fn a_short_window_never_moves_the_cursor_past_a_gap() {
+    let Some((db, engine)) = test_engine(Backend::Sqlite).await else {
+        return;
+    };
+    let fake = FakeStripe::start().await;
+    fake.set_now(chrono::Utc::now().timestamp() - 2 * 24 * 3600);
+    let clock_fake = fake.clone();
+    let reconciler = reconciler(&engine, "solo")
+        .with_clock(clock_of(move || clock_fake.now()))
+        .stripe("stripe", api(&fake, 10));
+    let old = fake.create_event(STRIPE_KIND, invoice(0));
+    run(&reconciler, &RunRequest::default())
+        .await
+        .expect("a first run");
+    fake.advance(DAY);
+    let between = fake.create_event(STRIPE_KIND, invoice(1));
+    fake.advance(DAY);
+    let recent = fake.create_event(STRIPE_KIND, invoice(2));
+
+    let window = RunRequest {
+        since: Some(Duration::from_secs(3600)),
+        ..RunRequest::default()
+    };
+    let short = run(&reconciler, &window).await.expect("a short window");
+    assert_eq!(short.recorded, 1, "only the last hour: {short:?}");
+    let cursor = db.store.reconcile_cursors().await.unwrap();
+    assert_eq!(
+        cursor[0].cursor.as_deref(),
+        Some(old.as_str()),
+        "not past the gap"
+    );
+
+    let from_cursor = run(&reconciler, &RunRequest::default())
+        .await
+        .expect("a run");
+    assert_eq!(
+        (from_cursor.recorded, from_cursor.already_had),
+        (1, 1),
+        "{from_cursor:?}"
+    );
+    drain(&engine).await;
+    for id in [&old, &between, &recent] {
+        assert_eq!(runs(&db, id).await, 1, "{id} ran once");
+    }
+}

@@ -242,8 +242,14 @@ pub(crate) async fn pull(api: &GitHubApi, run: &mut RunContext<'_>) -> Result<()
         recover(api, run, &guid, attempts).await?;
     }
     run.summary.complete = true;
+    // A window (`--since`) that does not reach back to the cursor leaves a
+    // gap the cursor must not jump.
+    let no_gap = match (start, run.cursor_at()) {
+        (Some(start), Some(at)) => at >= start,
+        _ => true,
+    };
     if let Some((id, at)) = newest {
-        if run.summary.failed == 0 && stop_at.is_none_or(|stop| id > stop) {
+        if run.summary.failed == 0 && no_gap && stop_at.is_none_or(|stop| id > stop) {
             run.advance(&id.to_string(), Some(at)).await?;
         }
     }
