@@ -223,3 +223,49 @@ async fn a_run_while_another_holds_the_lease_exits_4() {
     );
     assert!(fake.requests().is_empty(), "{:?}", fake.requests());
 }
+
+/// A missing Shopify subscription, as the last reconcile run found it, is
+/// warned of by `tickmark status` and `tickmark reconcile --status`.
+#[tokio::test]
+async fn status_warns_of_a_subscription_shopify_removed() {
+    let db = TestDb::sqlite().await;
+    let fake = fake_with_events(0).await;
+    let lease = db
+        .store
+        .reconcile_lease_take("shopify", "a-test", Duration::from_secs(60))
+        .await
+        .unwrap()
+        .expect("a free source");
+    let summary = json!({
+        "source": "shopify", "provider": "shopify", "dry_run": false, "seen": 2,
+        "already_had": 1, "recorded": 0, "redelivered": 0, "failed": 0, "not_handled": 0,
+        "complete": true, "notes": [],
+        "missing_subscriptions": [
+            { "topic": "orders/create", "callback_url": "https://hooks.example.test/hooks/shopify" }
+        ]
+    });
+    db.store
+        .reconcile_lease_release(&lease, Some(&summary.to_string()))
+        .await
+        .unwrap();
+    let status = run(generic(), &db, &fake, &["status"]).await;
+    assert_eq!(status.code, 0, "{status:?}");
+    assert!(
+        status.stdout.contains(
+            "warning: shopify: the provider has no webhook subscription for orders/create to https://hooks.example.test/hooks/shopify"
+        ),
+        "{status:?}"
+    );
+    let listed = run(generic(), &db, &fake, &["reconcile", "--status"]).await;
+    assert_eq!(listed.code, 0, "{listed:?}");
+    assert!(
+        listed.stdout.contains("missing subscriptions 1"),
+        "{listed:?}"
+    );
+    assert!(
+        listed
+            .stdout
+            .contains("warning: shopify: Shopify has no subscription for orders/create"),
+        "{listed:?}"
+    );
+}
