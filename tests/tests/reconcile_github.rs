@@ -244,6 +244,11 @@ async fn a_subscription_shopify_removed_is_reported_in_the_summary_metric_and_da
     let dashboard = dashboard_overview(&engine).await;
     assert!(dashboard.contains("Subscription missing"), "{dashboard}");
     assert!(dashboard.contains("app/uninstalled"), "{dashboard}");
+    assert!(dashboard.contains("<h2>Reconciliation</h2>"), "{dashboard}");
+    assert!(
+        dashboard.contains("seen 2, already had 1"),
+        "the last run's counts: {dashboard}"
+    );
 
     fake.add_subscription("APP_UNINSTALLED", callback);
     let fixed = run(&reconciler, "shopify").await;

@@ -54,6 +54,7 @@ pub(crate) async fn page(State(shared): State<Arc<Shared>>, viewer: Viewer) -> P
         h2 { "Events done per minute, last " (MINUTES) " minutes" }
         (throughput(&report.done_per_minute))
         (dead_letters(base, &dead))
+        (reconciliation(&reconciled))
     };
     Page::ok(&viewer, "Overview", body)
 }
@@ -238,6 +239,33 @@ fn missing_subscriptions(reconciled: &[ReconcileCursor]) -> Markup {
                 (source) ": the provider has no subscription for " code { (missing.topic) }
                 " to " code { (missing.callback_url) }
                 ". Its events are not being sent: create the subscription again (docs/reconcile.md)."
+            }
+        }
+    }
+}
+
+/// Each reconciled source's cursor and last run, when any source has been
+/// reconciled (docs/reconcile.md).
+fn reconciliation(reconciled: &[ReconcileCursor]) -> Markup {
+    if reconciled.is_empty() {
+        return html! {};
+    }
+    html! {
+        h2 { "Reconciliation" }
+        table.data {
+            tr { th { "source" } th { "cursor at" } th { "last run" } th { "found" } th { "lease" } }
+            @for row in reconciled {
+                @let summary = row
+                    .last_summary
+                    .as_deref()
+                    .and_then(|text| serde_json::from_str::<ReconcileSummary>(text).ok());
+                tr {
+                    td { (row.source) }
+                    td { (html::maybe_time(row.cursor_at.as_ref())) }
+                    td { (html::maybe_time(row.last_run_finished_at.as_ref())) }
+                    td.wrap { (summary.as_ref().map(ReconcileSummary::line).unwrap_or_default()) }
+                    td { (row.lease_owner.as_deref().unwrap_or("-")) }
+                }
             }
         }
     }
