@@ -13,6 +13,7 @@ pub mod cargo_bin;
 pub mod chaos;
 pub mod conformance;
 pub mod db;
+pub mod fault_queue;
 pub mod github_api;
 pub mod http_client;
 pub mod meeting;

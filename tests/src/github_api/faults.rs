@@ -1,7 +1,6 @@
 //! Faults a test queues for the next REST requests: rate limits and server
 //! errors, each answered once, in order, before anything else is checked.
 
-use std::collections::VecDeque;
 use std::time::Duration;
 
 use super::error::ApiError;
@@ -20,22 +19,13 @@ pub(crate) enum Fault {
 }
 
 /// The queue of faults still to answer.
-#[derive(Debug, Default)]
-pub(crate) struct Faults {
-    queue: VecDeque<Fault>,
-}
+pub(crate) type Faults = crate::fault_queue::FaultQueue<Fault>;
 
-impl Faults {
-    /// Queue `fault` for the next `n` requests (after those already queued).
-    pub fn push(&mut self, n: usize, fault: Fault) {
-        self.queue.extend(std::iter::repeat_n(fault, n));
-    }
-
-    /// The fault for this request, if one is queued (`now`: the fake's
-    /// clock, for `x-ratelimit-reset`).
-    pub fn take(&mut self, now: i64) -> Option<ApiError> {
-        let fault = self.queue.pop_front()?;
-        Some(match fault {
+impl Fault {
+    /// The answer this fault gives (`now`: the fake's clock, for
+    /// `x-ratelimit-reset`).
+    pub fn answer(self, now: i64) -> ApiError {
+        match self {
             Fault::TooManyRequests(retry_after) => ApiError::SecondaryRateLimit {
                 status: 429,
                 retry_after,
@@ -48,6 +38,6 @@ impl Faults {
                 reset: now.saturating_add(i64::try_from(reset_in.as_secs()).unwrap_or(i64::MAX)),
             },
             Fault::Status(status) => ApiError::Server(status),
-        })
+        }
     }
 }

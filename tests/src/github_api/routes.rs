@@ -83,7 +83,7 @@ async fn gate(State(shared): Shard, request: Request, next: Next) -> Response {
     let fault = {
         let mut state = shared.state();
         let now = state.now;
-        state.faults.take(now)
+        state.faults.take_next().map(|fault| fault.answer(now))
     };
     let version = request
         .headers()

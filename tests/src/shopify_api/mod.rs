@@ -86,7 +86,7 @@ pub(crate) struct Shared {
 
 pub(crate) struct State {
     pub subscriptions: Vec<Subscription>,
-    pub faults: std::collections::VecDeque<Fault>,
+    pub faults: crate::fault_queue::FaultQueue<Fault>,
     pub requests: Vec<ShopifyRequest>,
     next_id: u64,
 }
@@ -185,17 +185,13 @@ impl FakeShopify {
     /// Answer the next `n` requests with HTTP 429 and `Retry-After`.
     pub fn rate_limit_next(&self, n: usize, retry_after: Duration) {
         let mut state = self.shared.state();
-        state
-            .faults
-            .extend(std::iter::repeat_n(Fault::TooManyRequests(retry_after), n));
+        state.faults.push(n, Fault::TooManyRequests(retry_after));
     }
 
     /// Answer the next `n` requests with a `THROTTLED` GraphQL error (HTTP 200).
     pub fn throttle_next(&self, n: usize) {
         let mut state = self.shared.state();
-        state
-            .faults
-            .extend(std::iter::repeat_n(Fault::Throttled, n));
+        state.faults.push(n, Fault::Throttled);
     }
 
     /// Answer the next `n` requests with `status`. Panics on a status outside
@@ -206,9 +202,7 @@ impl FakeShopify {
             "not an HTTP status: {status}"
         );
         let mut state = self.shared.state();
-        state
-            .faults
-            .extend(std::iter::repeat_n(Fault::Status(status), n));
+        state.faults.push(n, Fault::Status(status));
     }
 
     /// Every request answered so far, in order.

@@ -77,7 +77,7 @@ fn answer(
     headers: &HeaderMap,
     parsed: &Result<GraphqlRequest, GraphqlError>,
 ) -> Response {
-    let fault = shared.state().faults.pop_front();
+    let fault = shared.state().faults.take_next();
     match fault {
         Some(Fault::TooManyRequests(retry_after)) => {
             let mut response = (

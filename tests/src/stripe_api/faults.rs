@@ -4,7 +4,6 @@
 //! (<https://docs.stripe.com/api/errors>: "API errors cover any other type
 //! of problem (for example, a temporary problem with Stripe's servers)").
 
-use std::collections::VecDeque;
 use std::time::Duration;
 
 use super::errors::ApiError;
@@ -35,19 +34,4 @@ impl Fault {
 }
 
 /// The queue of faults still to serve.
-#[derive(Debug, Default)]
-pub(crate) struct Faults {
-    queue: VecDeque<Fault>,
-}
-
-impl Faults {
-    /// Add `n` copies of `fault` at the back.
-    pub fn push(&mut self, n: usize, fault: Fault) {
-        self.queue.extend(std::iter::repeat_n(fault, n));
-    }
-
-    /// The next fault, if any.
-    pub fn next(&mut self) -> Option<Fault> {
-        self.queue.pop_front()
-    }
-}
+pub(crate) type Faults = crate::fault_queue::FaultQueue<Fault>;

@@ -296,7 +296,7 @@ fn route(
     query: &str,
     headers: &HeaderMap,
 ) -> Result<Value, ApiError> {
-    if let Some(fault) = lock(&shared.faults).next() {
+    if let Some(fault) = lock(&shared.faults).take_next() {
         return Err(fault.to_error());
     }
     auth::check(headers, API_KEY)?;
