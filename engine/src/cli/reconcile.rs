@@ -86,8 +86,8 @@ pub(crate) struct ReconcileArgs {
     /// Take only these kinds (repeatable; default: the kinds the handlers take)
     #[arg(long = "type", value_name = "KIND")]
     kinds: Vec<String>,
-    /// Forget the source's cursor first (then --since, or the first run's 3 days)
-    #[arg(long)]
+    /// Forget the source's cursor first (then --since, or the first run's 3 days); not with --dry-run
+    #[arg(long, conflicts_with = "dry_run")]
     from_scratch: bool,
     /// Another address for Stripe's or GitHub's API (a proxy, GitHub Enterprise's https://HOST/api/v3)
     #[arg(long, value_name = "URL")]
