@@ -13,7 +13,7 @@ use std::time::Duration;
 use reconcile_support::*;
 use serde_json::json;
 use tickmark::reconcile::{
-    NoProgress, Progress, ReconcileError, ReconcileSummary, RunRequest, StripeApi,
+    NoProgress, Progress, ReconcileError, ReconcileSummary, Reconciler, RunRequest, StripeApi,
 };
 use tickmark::Backend;
 use tickmark_tests::stripe_api::FakeStripe;
@@ -45,8 +45,26 @@ async fn deliver_until_now(fake: &FakeStripe, step: Duration) {
     }
 }
 
+/// A reconciler of `engine` named `solo` for the fake's `stripe` source,
+/// on the fake's clock, with pages of `page` events.
+fn stripe_reconciler(engine: &tickmark::Engine, fake: &FakeStripe, page: u32) -> Reconciler {
+    let clock_fake = fake.clone();
+    reconciler(engine, "solo")
+        .with_clock(clock_of(move || clock_fake.now()))
+        .stripe("stripe", api(fake, page))
+}
+
+/// One event and a first run, which sets the cursor to it; its id.
+async fn set_the_cursor(fake: &FakeStripe, reconciler: &Reconciler) -> String {
+    let first = fake.create_event(STRIPE_KIND, invoice(0));
+    run(reconciler, &RunRequest::default())
+        .await
+        .expect("a first run sets the cursor");
+    first
+}
+
 async fn run(
-    reconciler: &tickmark::reconcile::Reconciler,
+    reconciler: &Reconciler,
     request: &RunRequest,
 ) -> Result<ReconcileSummary, ReconcileError> {
     reconciler
@@ -85,10 +103,7 @@ async fn events_stripe_gave_up_on_are_pulled_and_run_once(backend: Backend) {
     );
 
     receiver.set_down(false);
-    let clock_fake = fake.clone();
-    let reconciler = reconciler(&engine, "solo")
-        .with_clock(clock_of(move || clock_fake.now()))
-        .stripe("stripe", api(&fake, 5));
+    let reconciler = stripe_reconciler(&engine, &fake, 5);
     let summary = run(&reconciler, &RunRequest::default())
         .await
         .expect("a run");
@@ -149,10 +164,7 @@ async fn live_and_pulled_copies_are_one_event() {
     let receiver = SwitchedReceiver::start(&engine).await;
     let fake = FakeStripe::start().await;
     fake.add_endpoint(&receiver.url("stripe"), STRIPE_SECRET, &[STRIPE_KIND]);
-    let clock_fake = fake.clone();
-    let reconciler = reconciler(&engine, "solo")
-        .with_clock(clock_of(move || clock_fake.now()))
-        .stripe("stripe", api(&fake, 100));
+    let reconciler = stripe_reconciler(&engine, &fake, 100);
 
     // Pulled first: the receiver was down for the first attempt.
     receiver.set_down(true);
@@ -227,14 +239,8 @@ async fn a_reconciler_stopped_mid_run_resumes_from_its_cursor() {
         return;
     };
     let fake = FakeStripe::start().await;
-    let clock_fake = fake.clone();
-    let reconciler = reconciler(&engine, "solo")
-        .with_clock(clock_of(move || clock_fake.now()))
-        .stripe("stripe", api(&fake, 10));
-    let first = fake.create_event(STRIPE_KIND, invoice(0));
-    run(&reconciler, &RunRequest::default())
-        .await
-        .expect("a first run sets the cursor");
+    let reconciler = stripe_reconciler(&engine, &fake, 10);
+    let first = set_the_cursor(&fake, &reconciler).await;
 
     let ids: Vec<String> = (1..=35)
         .map(|n| fake.create_event(STRIPE_KIND, invoice(n)))
@@ -432,10 +438,7 @@ async fn a_dry_run_counts_and_changes_nothing() {
     for n in 0..4 {
         fake.create_event(STRIPE_KIND, invoice(n));
     }
-    let clock_fake = fake.clone();
-    let reconciler = reconciler(&engine, "solo")
-        .with_clock(clock_of(move || clock_fake.now()))
-        .stripe("stripe", api(&fake, 10));
+    let reconciler = stripe_reconciler(&engine, &fake, 10);
     let request = RunRequest {
         dry_run: true,
         since: Some(DAY),
@@ -466,14 +469,8 @@ async fn a_run_that_dies_mid_page_reads_that_page_again() {
         return;
     };
     let fake = FakeStripe::start().await;
-    let clock_fake = fake.clone();
-    let reconciler = reconciler(&engine, "solo")
-        .with_clock(clock_of(move || clock_fake.now()))
-        .stripe("stripe", api(&fake, 10));
-    let first = fake.create_event(STRIPE_KIND, invoice(0));
-    run(&reconciler, &RunRequest::default())
-        .await
-        .expect("a first run sets the cursor");
+    let reconciler = stripe_reconciler(&engine, &fake, 10);
+    let first = set_the_cursor(&fake, &reconciler).await;
     let ids: Vec<String> = (1..=25)
         .map(|n| fake.create_event(STRIPE_KIND, invoice(n)))
         .collect();
@@ -535,10 +532,7 @@ async fn a_short_window_never_moves_the_cursor_past_a_gap() {
     };
     let fake = FakeStripe::start().await;
     fake.set_now(chrono::Utc::now().timestamp() - 2 * 24 * 3600);
-    let clock_fake = fake.clone();
-    let reconciler = reconciler(&engine, "solo")
-        .with_clock(clock_of(move || clock_fake.now()))
-        .stripe("stripe", api(&fake, 10));
+    let reconciler = stripe_reconciler(&engine, &fake, 10);
     let old = fake.create_event(STRIPE_KIND, invoice(0));
     run(&reconciler, &RunRequest::default())
         .await
