@@ -216,10 +216,25 @@ impl LoopbackServer {
         Self::serve(router, true).await
     }
 
+    /// Serve `router` on `listener`, bound already (a fake that must know
+    /// its own address before its router is built, for the links it
+    /// answers with).
+    pub fn start_on(listener: tokio::net::TcpListener, router: Router) -> LoopbackServer {
+        Self::serve_on(listener, router, false)
+    }
+
     async fn serve(router: Router, connect_info: bool) -> LoopbackServer {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
             .await
             .expect("bind loopback");
+        Self::serve_on(listener, router, connect_info)
+    }
+
+    fn serve_on(
+        listener: tokio::net::TcpListener,
+        router: Router,
+        connect_info: bool,
+    ) -> LoopbackServer {
         let addr = listener.local_addr().expect("local addr");
         let stop = CancellationToken::new();
         let shutdown = stop.clone().cancelled_owned();

@@ -41,9 +41,9 @@ use std::net::SocketAddr;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
+use crate::http_client::LoopbackServer;
 use serde_json::Value;
 use tokio::sync::watch;
-use tokio::task::JoinHandle;
 
 pub use error::ApiError;
 pub use model::{ApiRequest, DeliveryRecord, HookRef, SentDelivery};
@@ -59,7 +59,7 @@ pub const RETENTION: Duration = Duration::from_secs(3 * 24 * 60 * 60);
 #[derive(Clone)]
 pub struct FakeGitHub {
     shared: Arc<Shared>,
-    _server: Arc<ServerTask>,
+    _server: Arc<LoopbackServer>,
 }
 
 impl std::fmt::Debug for FakeGitHub {
@@ -67,15 +67,6 @@ impl std::fmt::Debug for FakeGitHub {
         f.debug_struct("FakeGitHub")
             .field("base_url", &self.shared.base_url)
             .finish_non_exhaustive()
-    }
-}
-
-/// Aborts the server task when dropped.
-struct ServerTask(JoinHandle<()>);
-
-impl Drop for ServerTask {
-    fn drop(&mut self) {
-        self.0.abort();
     }
 }
 
@@ -248,14 +239,10 @@ impl FakeGitHub {
             in_flight: watch::channel(0).0,
         });
         let router = routes::router(Arc::clone(&shared));
-        let task = tokio::spawn(async move {
-            if let Err(error) = axum::serve(listener, router).await {
-                eprintln!("fake GitHub stopped: {error}");
-            }
-        });
+        let server = LoopbackServer::start_on(listener, router);
         FakeGitHub {
             shared,
-            _server: Arc::new(ServerTask(task)),
+            _server: Arc::new(server),
         }
     }
 

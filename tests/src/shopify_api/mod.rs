@@ -25,7 +25,7 @@ use std::net::SocketAddr;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
-use tokio::task::JoinHandle;
+use crate::http_client::LoopbackServer;
 
 pub use graphql::{GraphqlError, MAX_PAGE};
 pub use model::Subscription;
@@ -35,7 +35,7 @@ pub use model::Subscription;
 #[derive(Clone)]
 pub struct FakeShopify {
     shared: Arc<Shared>,
-    _server: Arc<ServerTask>,
+    _server: Arc<LoopbackServer>,
 }
 
 impl std::fmt::Debug for FakeShopify {
@@ -43,14 +43,6 @@ impl std::fmt::Debug for FakeShopify {
         f.debug_struct("FakeShopify")
             .field("base_url", &self.shared.base_url)
             .finish_non_exhaustive()
-    }
-}
-
-struct ServerTask(JoinHandle<()>);
-
-impl Drop for ServerTask {
-    fn drop(&mut self) {
-        self.0.abort();
     }
 }
 
@@ -118,14 +110,10 @@ impl FakeShopify {
             }),
         });
         let router = routes::router(Arc::clone(&shared));
-        let task = tokio::spawn(async move {
-            if let Err(error) = axum::serve(listener, router).await {
-                eprintln!("fake Shopify stopped: {error}");
-            }
-        });
+        let server = LoopbackServer::start_on(listener, router);
         FakeShopify {
             shared,
-            _server: Arc::new(ServerTask(task)),
+            _server: Arc::new(server),
         }
     }
 
