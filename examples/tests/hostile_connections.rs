@@ -220,6 +220,15 @@ async fn slow_body(addr: SocketAddr) {
 /// A signed Stripe delivery of event `id`, on a fresh connection: its
 /// status and `status` word.
 async fn deliver(addr: SocketAddr, id: &str) -> (u16, String) {
+    try_deliver(addr, id)
+        .await
+        .expect("the delivery's connection")
+}
+
+/// [`deliver`], where a refused or reset connection is an answer too (a
+/// server at its connection cap answers 503 and closes at once, before it
+/// reads the request: the client may see the 503, or a reset).
+async fn try_deliver(addr: SocketAddr, id: &str) -> std::io::Result<(u16, String)> {
     let body = serde_json::json!({
         "id": id, "object": "event", "type": "customer.created",
         "data": {"object": {"id": "cus_1"}}
@@ -235,7 +244,7 @@ async fn deliver(addr: SocketAddr, id: &str) -> (u16, String) {
          content-length: {}\r\n\r\n{body}",
         body.len()
     );
-    exchange(addr, request.as_bytes()).await
+    try_exchange(addr, request.as_bytes()).await
 }
 
 /// `GET /healthz` on a fresh connection.
@@ -249,22 +258,27 @@ async fn healthz(addr: SocketAddr) -> (u16, String) {
 
 /// Send `request`, read the answer to the end: its status and `status` word.
 async fn exchange(addr: SocketAddr, request: &[u8]) -> (u16, String) {
-    let mut stream = TcpStream::connect(addr).await.expect("connect");
-    stream.write_all(request).await.expect("send");
+    try_exchange(addr, request).await.expect("the exchange")
+}
+
+/// [`exchange`], with the connection's failure as an error.
+async fn try_exchange(addr: SocketAddr, request: &[u8]) -> std::io::Result<(u16, String)> {
+    let mut stream = TcpStream::connect(addr).await?;
+    stream.write_all(request).await?;
     let mut received = Vec::new();
-    stream.read_to_end(&mut received).await.expect("read");
+    stream.read_to_end(&mut received).await?;
     let text = String::from_utf8_lossy(&received);
     let status = text
         .split(' ')
         .nth(1)
         .and_then(|s| s.parse().ok())
-        .unwrap_or_else(|| panic!("no HTTP answer: {text:?}"));
+        .ok_or_else(|| std::io::Error::other(format!("no HTTP answer: {text:?}")))?;
     let body = text.split("\r\n\r\n").nth(1).unwrap_or_default();
     let json: serde_json::Value = serde_json::from_str(body).unwrap_or_default();
-    (
+    Ok((
         status,
         json["status"].as_str().unwrap_or_default().to_owned(),
-    )
+    ))
 }
 
 /// The `q` quantile of sorted `values`.
@@ -437,16 +451,17 @@ async fn until_all_closed(attack: &mut tokio::task::JoinSet<()>, within: Duratio
     closed
 }
 
-/// A signed delivery retried as a provider retries (after a 503 or a refused
-/// connection), until it is answered 200 or `within` has passed: the last
-/// answer, and how long it took.
+/// A signed delivery retried as a provider retries (after a 503, or a
+/// refused, reset or unanswered connection), until it is answered 200 or
+/// `within` has passed: the last answer (0: no HTTP answer), and how long
+/// it took.
 async fn deliver_with_retries(addr: SocketAddr, id: &str, within: Duration) -> (u16, Duration) {
     let started = Instant::now();
     loop {
-        let answer = tokio::time::timeout(Duration::from_secs(5), deliver(addr, id)).await;
+        let answer = tokio::time::timeout(Duration::from_secs(5), try_deliver(addr, id)).await;
         let status = match answer {
-            Ok((status, _)) => status,
-            Err(_) => 0,
+            Ok(Ok((status, _))) => status,
+            Ok(Err(_)) | Err(_) => 0,
         };
         if status == 200 || started.elapsed() >= within {
             return (status, started.elapsed());
