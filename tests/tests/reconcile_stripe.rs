@@ -568,3 +568,73 @@ async fn a_short_window_never_moves_the_cursor_past_a_gap() {
         assert_eq!(runs(&db, id).await, 1, "{id} ran once");
     }
 }
+
+/// A cursor whose event Stripe no longer has (answered 404
+/// `resource_missing`) is said in the summary; the run reads the whole 30
+/// days instead and moves the cursor on, so the next run pages forward again.
+#[tokio::test]
+async fn a_cursor_stripe_no_longer_has_falls_back_to_its_thirty_days() {
+    let Some((db, engine)) = test_engine(Backend::Sqlite).await else {
+        return;
+    };
+    let fake = FakeStripe::start().await;
+    let reconciler = stripe_reconciler(&engine, &fake, 10);
+    let lease = db
+        .store
+        .reconcile_lease_take("stripe", "before", Duration::from_secs(60))
+        .await
+        .unwrap()
+        .expect("a free source");
+    db.store
+        .reconcile_cursor_advance(
+            &lease,
+            "evt_gone_long_ago",
+            Some(chrono::Utc::now() - chrono::Duration::days(40)),
+            Duration::from_secs(60),
+        )
+        .await
+        .unwrap();
+    db.store
+        .reconcile_lease_release(&lease, None)
+        .await
+        .unwrap();
+    let ids: Vec<String> = (0..3)
+        .map(|n| fake.create_event(STRIPE_KIND, invoice(n)))
+        .collect();
+
+    let summary = run(&reconciler, &RunRequest::default())
+        .await
+        .expect("a run");
+    assert_eq!(summary.recorded, 3, "{summary:?}");
+    assert!(
+        summary
+            .notes
+            .iter()
+            .any(|note| note.contains("no longer lists the cursor's event")),
+        "{summary:?}"
+    );
+    let cursor = db.store.reconcile_cursors().await.unwrap();
+    assert_eq!(
+        cursor[0].cursor.as_deref(),
+        ids.last().map(String::as_str),
+        "moved on"
+    );
+    let next = fake.create_event(STRIPE_KIND, invoice(3));
+    let again = run(&reconciler, &RunRequest::default())
+        .await
+        .expect("a run");
+    assert_eq!(
+        (again.recorded, again.notes.len()),
+        (1, 0),
+        "forward again: {again:?}"
+    );
+    let last = fake.requests().pop().expect("a request");
+    assert!(
+        last.query.contains(&format!("ending_before={}", ids[2])),
+        "{last:?}"
+    );
+    drain(&engine).await;
+    for id in ids.iter().chain([&next]) {
+        assert_eq!(runs(&db, id).await, 1, "{id} ran once");
+    }
+}

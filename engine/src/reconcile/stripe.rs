@@ -159,6 +159,9 @@ pub(crate) async fn pull(api: &StripeApi, run: &mut RunContext<'_>) -> Result<()
                     "Stripe no longer lists the cursor's event {cursor} (older than its 30 days): \
                      read the whole 30 days instead; anything older cannot be recovered"
                 ));
+                // The gap behind the 30 days cannot be read: the window
+                // stands in for the cursor, which may move past it.
+                run.cursor = None;
                 window(api, run, &filter, EVENTS_HORIZON).await
             }
         },
