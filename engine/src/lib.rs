@@ -213,3 +213,10 @@ pub use store::{connect, migrate, Backend, StepTransaction, Store, StoreError};
 /// the same version.
 #[doc(no_inline)]
 pub use sqlx;
+
+/// The shutdown signal [`Worker::run`] takes (and the one the receiver's
+/// and the dashboard's servers can share): `tokio_util`'s, re-exported so an
+/// application needs no `tokio-util` dependency of its own. Cancel it to let
+/// the worker finish its running steps and return.
+#[doc(no_inline)]
+pub use tokio_util::sync::CancellationToken;

@@ -29,6 +29,13 @@ pub mod terminate;
 pub mod test_steps;
 pub mod wait;
 
+/// docs/existing_service.md's code blocks, compiled as doctests: the names,
+/// paths and Cargo features a new adopter reads there must be the ones that
+/// build.
+#[cfg(doctest)]
+#[doc = include_str!("../../docs/existing_service.md")]
+mod existing_service_guide {}
+
 pub use cargo_bin::cargo_bin;
 pub use db::TestDb;
 pub use probe::Probe;

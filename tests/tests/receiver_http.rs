@@ -211,6 +211,19 @@ async fn unknown_sources_paths_and_methods_are_answered_in_json(
         "rejected",
         Some("method_not_allowed"),
     );
+    // Another method on an unknown source is the unknown source's 404, as
+    // its POST is: a GET must not tell mounted sources from others.
+    for method_probe in [
+        Outgoing::get("/hooks/paypal"),
+        Outgoing::get("/hooks/%FF%FE"),
+    ] {
+        assert_answer(
+            &h.send(&method_probe).await,
+            404,
+            "rejected",
+            Some("unknown_source"),
+        );
+    }
     let health = h.send(&Outgoing::get("/healthz")).await;
     assert_answer(&health, 200, "ok", None);
     assert_eq!(h.event_rows().await, 0);

@@ -136,6 +136,12 @@ async fn merged_into_an_app_with_its_own_fallback(backend: Backend) {
     let wrong_method = app.send(&Outgoing::get("/hooks/stripe")).await;
     assert_answer(&wrong_method, 405, "rejected", Some("method_not_allowed"));
     assert_eq!(wrong_method.header("allow"), Some("POST"));
+    assert_answer(
+        &app.send(&Outgoing::get("/hooks/paypal")).await,
+        404,
+        "rejected",
+        Some("unknown_source"),
+    );
 
     let home = app.send(&Outgoing::get("/")).await;
     assert_eq!((home.status, text(&home)), (200, "the app's home"));

@@ -89,7 +89,7 @@ pub mod response;
 mod router;
 mod startup;
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 use std::future::Future;
 use std::sync::Arc;
@@ -134,6 +134,7 @@ pub struct Receiver {
     engine: Engine,
     path: String,
     sources: BTreeMap<String, Arc<dyn Provider>>,
+    in_process: BTreeSet<String>,
     body_limit: usize,
     limits: Limits,
     public_base_url: Option<PublicBaseUrl>,
@@ -157,6 +158,7 @@ impl Receiver {
             engine,
             path: DEFAULT_PATH.to_owned(),
             sources: BTreeMap::new(),
+            in_process: BTreeSet::new(),
             body_limit: DEFAULT_BODY_LIMIT,
             limits: Limits::default(),
             public_base_url: None,
@@ -187,6 +189,26 @@ impl Receiver {
         }
         self.sources.insert(name, Arc::new(provider));
         Ok(self)
+    }
+
+    /// Declare that the application accepts events of `source` itself
+    /// ([`Engine::accept`](crate::Engine::accept), `Engine::accept_in` in
+    /// its own transaction) rather than through this receiver: its handlers
+    /// then draw no start-up notice to mount it
+    /// ([`StartupWarning::UnmountedSource`]). Nothing is mounted, and a
+    /// delivery to its path is still answered 404.
+    ///
+    /// ```
+    /// # async fn example(engine: tickmark::Engine) {
+    /// // Orders come from the shop's own code through `accept_in`; Stripe's
+    /// // webhooks through the receiver.
+    /// let receiver = tickmark::Receiver::new(engine).in_process_source("app");
+    /// # let _ = receiver;
+    /// # }
+    /// ```
+    pub fn in_process_source(mut self, source: impl Into<String>) -> Self {
+        self.in_process.insert(source.into());
+        self
     }
 
     /// Receive deliveries at `template` instead of [`DEFAULT_PATH`]
@@ -249,6 +271,7 @@ impl Receiver {
     pub fn startup_warnings(&self) -> Vec<StartupWarning> {
         startup::warnings(
             &self.sources,
+            &self.in_process,
             self.public_base_url.is_some(),
             self.engine.registry(),
         )

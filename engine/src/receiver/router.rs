@@ -51,7 +51,7 @@ pub(crate) fn standalone(shared: Arc<Shared>, path: &str) -> Router {
 /// deadline.
 fn delivery(path: &str, limits: Limits) -> Router<Arc<Shared>> {
     Router::new()
-        .route(path, post(deliver).fallback(method_not_allowed))
+        .route(path, post(deliver).fallback(other_method))
         .route_layer(
             ServiceBuilder::new()
                 .layer(HandleErrorLayer::new(shed))
@@ -111,4 +111,17 @@ async fn not_found() -> ReceiverRejection {
 
 async fn method_not_allowed() -> ReceiverRejection {
     ReceiverRejection::MethodNotAllowed
+}
+
+/// Another method than `POST` on the delivery path: 404 for a source that
+/// is not mounted (as a `POST` to it is answered: a `GET` must not tell an
+/// unknown source from a known one by its 405), 405 for a mounted one.
+async fn other_method(
+    State(shared): State<Arc<Shared>>,
+    source: Result<Path<String>, PathRejection>,
+) -> ReceiverRejection {
+    match source {
+        Ok(Path(name)) if shared.sources.contains_key(&name) => ReceiverRejection::MethodNotAllowed,
+        _ => ReceiverRejection::UnknownSource,
+    }
 }

@@ -3,7 +3,7 @@
 //! source no handler takes, a handler's source not mounted here). Warnings
 //! name the source, never a secret.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 use std::sync::Arc;
 
@@ -42,9 +42,13 @@ pub enum StartupWarning {
         source: String,
     },
     /// Handlers (or waits) name a source this receiver does not mount: its
-    /// events reach them only if another receiver mounts it. Informational
-    /// ([`StartupWarning::is_informational`]): in a fleet where each
-    /// process receives some sources, this is expected.
+    /// events reach them only if another receiver mounts it, or if the
+    /// application accepts them itself ([`Engine::accept`](crate::Engine::accept),
+    /// `accept_in`). Informational ([`StartupWarning::is_informational`]): in
+    /// a fleet where each process receives some sources, this is expected.
+    /// A source the application accepts itself is declared with
+    /// [`Receiver::in_process_source`](super::Receiver::in_process_source)
+    /// and draws no such notice.
     UnmountedSource {
         /// The source.
         source: String,
@@ -92,8 +96,10 @@ impl fmt::Display for StartupWarning {
             StartupWarning::UnmountedSource { source } => write!(
                 f,
                 "handlers are registered for source `{source}`, but this receiver does not mount \
-                 it: its events reach them only if another receiver mounts it (otherwise mount it \
-                 with Receiver::source(\"{source}\", …))"
+                 it: its events reach them only if another receiver mounts it (then nothing is \
+                 wrong), or if the application accepts them itself with Engine::accept or \
+                 accept_in (declare that with Receiver::in_process_source(\"{source}\") and this \
+                 notice goes); otherwise mount it with Receiver::source(\"{source}\", …)"
             ),
         }
     }
@@ -103,19 +109,21 @@ impl fmt::Display for StartupWarning {
 /// source by source, then how the sources meet the handlers.
 pub(crate) fn warnings(
     sources: &BTreeMap<String, Arc<dyn Provider>>,
+    in_process: &BTreeSet<String>,
     has_public_url: bool,
     registry: &Registry,
 ) -> Vec<StartupWarning> {
     let mut warnings = configuration_warnings(sources, has_public_url);
-    warnings.extend(coverage_warnings(sources, registry));
+    warnings.extend(coverage_warnings(sources, in_process, registry));
     warnings
 }
 
 /// How the mounted sources meet the handlers: a mounted source no handler
-/// takes and no wait reads, then each source the handlers name that is not
-/// mounted, in name order.
+/// takes and no wait reads, then each source the handlers name that is
+/// neither mounted nor accepted in process, in name order.
 fn coverage_warnings(
     sources: &BTreeMap<String, Arc<dyn Provider>>,
+    in_process: &BTreeSet<String>,
     registry: &Registry,
 ) -> Vec<StartupWarning> {
     let unhandled = sources
@@ -130,7 +138,7 @@ fn coverage_warnings(
     let unmounted = registry
         .named_sources()
         .into_iter()
-        .filter(|source| !sources.contains_key(*source))
+        .filter(|source| !sources.contains_key(*source) && !in_process.contains(*source))
         .map(|source| StartupWarning::UnmountedSource {
             source: source.to_owned(),
         });
@@ -285,7 +293,7 @@ mod tests {
                 )
                 .on("twilio", "message", handler()),
         );
-        let said = warnings(&sources, false, &registry);
+        let said = warnings(&sources, &BTreeSet::new(), false, &registry);
         assert_eq!(
             said,
             [
@@ -314,11 +322,41 @@ mod tests {
 
         // A handler for every source takes every mounted source.
         let everything = compiled(crate::Handlers::new().on(crate::ANY, crate::ANY, handler()));
-        assert!(warnings(&sources, false, &everything).is_empty());
+        assert!(warnings(&sources, &BTreeSet::new(), false, &everything).is_empty());
         // A handler for one kind of any source takes that kind of each.
         let one_kind = compiled(crate::Handlers::new().on(crate::ANY, "ping", handler()));
-        assert!(warnings(&sources, false, &one_kind).is_empty());
+        assert!(warnings(&sources, &BTreeSet::new(), false, &one_kind).is_empty());
         // No handlers: every mounted source is unhandled.
-        assert_eq!(warnings(&sources, false, &Registry::default()).len(), 4);
+        assert_eq!(
+            warnings(&sources, &BTreeSet::new(), false, &Registry::default()).len(),
+            4
+        );
+    }
+
+    /// A source the application accepts itself (`accept_in`), declared so,
+    /// draws no notice to mount it; the others still do.
+    #[test]
+    fn a_source_accepted_in_process_is_not_told_to_mount() {
+        let sources = sources(vec![("stripe", long_secret())]);
+        let registry = compiled(
+            crate::Handlers::new()
+                .on("stripe", "invoice.paid", handler())
+                .on("app", "order.created", handler())
+                .on("paddle", "order.created", handler()),
+        );
+        let in_process = BTreeSet::from(["app".to_owned()]);
+        assert_eq!(
+            warnings(&sources, &in_process, false, &registry),
+            [StartupWarning::UnmountedSource {
+                source: "paddle".into()
+            }]
+        );
+        let said = warnings(&sources, &BTreeSet::new(), false, &registry);
+        assert_eq!(said.len(), 2);
+        let text = said[0].to_string();
+        assert!(
+            text.contains("accept_in") && text.contains("in_process_source(\"app\")"),
+            "{text}"
+        );
     }
 }

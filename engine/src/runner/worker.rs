@@ -67,6 +67,23 @@ impl Worker {
     /// Run until `shutdown` fires. Then: stop claiming, let running steps
     /// finish within the grace period, give back leases of events that have
     /// steps left (so another worker picks them up at once), and return.
+    ///
+    /// `shutdown` is [`tickmark::CancellationToken`](crate::CancellationToken)
+    /// (`tokio_util`'s, re-exported):
+    ///
+    /// ```no_run
+    /// # async fn example(engine: tickmark::Engine) -> Result<(), Box<dyn std::error::Error>> {
+    /// use tickmark::{CancellationToken, WorkerConfig};
+    ///
+    /// let shutdown = CancellationToken::new();
+    /// let worker = engine.worker(WorkerConfig::default())?;
+    /// let running = tokio::spawn(worker.run(shutdown.clone()));
+    /// // … on SIGTERM:
+    /// shutdown.cancel();
+    /// running.await??;
+    /// # Ok(())
+    /// # }
+    /// ```
     pub async fn run(self, shutdown: CancellationToken) -> Result<(), StoreError> {
         let shared = self.into_shared(&shutdown);
         let config = &shared.config;
