@@ -11,15 +11,23 @@ use crate::event::{EventState, NewEvent};
 
 use super::boundaries::Crash;
 use super::error::{BoxError, TestError};
+use super::extra_calls::{self, AppliedCall};
 use super::findings::{Finding, Findings};
-use super::test_engine::{describe_steps, TestEngine};
+use super::lock_wait;
+use super::per_run::PerRun;
+use super::test_engine::describe_steps;
 
 /// One event, crashed at every step boundary of its handler.
 ///
-/// `setup` builds a fresh [`TestEngine`] (your tables, your resources, a
-/// fresh [`EffectLedger`](super::EffectLedger) attached) for every run;
-/// `end_state` reads what your application ended with (rows, a ledger's
-/// effects), to compare with the clean run's.
+/// `setup` builds a fresh [`TestEngine`](super::TestEngine) (your tables,
+/// your resources, a fresh [`EffectLedger`](super::EffectLedger) attached)
+/// for every run; `end_state` reads what your application ended with (rows,
+/// a ledger's effects), to compare with the clean run's.
+///
+/// `setup` returns the run's engine, or the engine and a context of yours,
+/// `(TestEngine, C)` ([`PerRun`]); `end_state` gets back what `setup`
+/// returned for its own run, so it can read what that run's `setup` made
+/// (its ledger, a temp dir) without a shared slot between the two closures.
 pub struct CrashTest<S, E> {
     event: NewEvent,
     setup: S,
@@ -41,16 +49,18 @@ pub struct CrashReport {
     pub end_state: String,
 }
 
-impl<S, SF, E, EF, T> CrashTest<S, E>
+impl<S, SF, R, E, EF, T> CrashTest<S, E>
 where
     S: Fn() -> SF,
-    SF: Future<Output = Result<TestEngine, BoxError>>,
-    E: Fn(TestEngine) -> EF,
+    SF: Future<Output = Result<R, BoxError>>,
+    R: PerRun,
+    E: Fn(R) -> EF,
     EF: Future<Output = Result<T, BoxError>>,
     T: PartialEq + fmt::Debug,
 {
     /// Crash `event`'s handler at every step boundary; `setup` and
-    /// `end_state` as above.
+    /// `end_state` as above: `setup` returns a `TestEngine` or a
+    /// `(TestEngine, C)`, and `end_state` takes the same.
     pub fn new(event: NewEvent, setup: S, end_state: E) -> Self {
         Self {
             event,
@@ -86,7 +96,9 @@ where
 
         let clean = self.one_run(None).await?;
         if let Some(not_done) = clean.not_done {
-            let fix = if clean.held_back {
+            let fix = if clean.lock_wait.is_some() {
+                lock_wait::FIX
+            } else if clean.held_back {
                 "if the handler holds the event back (a debounce window, a snooze, a \
                  not_before), move each run's clock past it with \
                  CrashTest::advance_after_delivery; otherwise make the handler succeed on one \
@@ -95,8 +107,12 @@ where
                 "make the handler succeed on one clean delivery first"
             };
             findings.push(Finding {
-                step: clean.last_step.unwrap_or_else(|| "(none)".to_owned()),
+                step: clean
+                    .lock_wait
+                    .or(clean.last_step)
+                    .unwrap_or_else(|| "(none)".to_owned()),
                 crash: None,
+                crashed_step: None,
                 problem: format!("the event did not finish without any crash: {not_done}"),
                 fix: fix.to_owned(),
             });
@@ -120,20 +136,44 @@ where
                 // same effect is not reported again with the general fix
                 // ("make the step transactional"), wrong for a call.
                 let ledger_blamed_it = run.ledger.iter().any(|finding| finding.step == *step);
+                // A later step that sent a call again after this one's
+                // crash is that step's double effect, not this one's (whose
+                // key may well be right): blamed on the step that was
+                // running when the extra calls arrived.
+                let reported: Vec<&str> = run.ledger.iter().map(|f| f.step.as_str()).collect();
+                let redone = extra_calls::made_by_other_steps(
+                    step,
+                    crash,
+                    &clean.calls,
+                    &run.calls,
+                    &reported,
+                );
+                let another_step_blamed = !redone.is_empty();
                 findings.extend(run.ledger.into_iter().map(|mut finding| {
                     finding.crash = Some(crash);
                     finding
                 }));
+                findings.extend(redone);
                 if let Some(not_done) = run.not_done {
+                    let (blamed, fix) = match run.lock_wait {
+                        Some(waited) => (waited, lock_wait::FIX),
+                        None => (
+                            step.clone(),
+                            "a re-run must succeed where an earlier run already had its effect \
+                             (treat \"already exists\" as done)",
+                        ),
+                    };
                     findings.push(Finding {
-                        step: step.clone(),
+                        crashed_step: (blamed != *step).then(|| step.clone()),
+                        step: blamed,
                         crash: Some(crash),
                         problem: format!("the event did not finish after the crash: {not_done}"),
-                        fix: "a re-run must succeed where an earlier run already had its effect \
-                              (treat \"already exists\" as done)"
-                            .to_owned(),
+                        fix: fix.to_owned(),
                     });
-                } else if run.end_state != clean.end_state && !ledger_blamed_it {
+                } else if run.end_state != clean.end_state
+                    && !ledger_blamed_it
+                    && !another_step_blamed
+                {
                     findings.push(differs(
                         step,
                         *transactional,
@@ -157,7 +197,8 @@ where
 
     /// One run on a fresh test engine, crashing once at `crash` if given.
     async fn one_run(&self, crash: Option<(&str, Crash)>) -> Result<OneRun, TestError> {
-        let kit = (self.setup)().await.map_err(TestError::Setup)?;
+        let per_run = (self.setup)().await.map_err(TestError::Setup)?;
+        let kit = per_run.test_engine().clone();
         if let Some((step, at)) = crash {
             kit.crash_once(step, at);
         }
@@ -173,6 +214,9 @@ where
             .then(|| format!("{}; its steps: {}", status.state(), describe_steps(&status)));
         // Pending: due later (held back by its handler, or a retry's backoff).
         let held_back = status.state() == EventState::Pending;
+        let lock_wait = not_done
+            .as_ref()
+            .and_then(|_| lock_wait::waited_for_the_lock(kit.backend(), &status));
         let started = kit.log().started();
         let mut steps: Vec<(String, bool)> = Vec::new();
         for started in started
@@ -198,13 +242,18 @@ where
                 .map(|violation| Finding {
                     step: violation.step().to_owned(),
                     crash: None,
+                    crashed_step: None,
                     problem: without_owner(&violation.to_string(), violation.step()),
                     fix: String::new(),
                 })
                 .collect(),
             Err(other) => return Err(other),
         };
-        let end_state = (self.end_state)(kit.clone())
+        let calls = kit
+            .ledger()
+            .map(|ledger| AppliedCall::of(&ledger.calls()))
+            .unwrap_or_default();
+        let end_state = (self.end_state)(per_run)
             .await
             .map_err(TestError::EndState)?;
         // The last step that started; if none did, the first the event has
@@ -216,6 +265,8 @@ where
         Ok(OneRun {
             last_step,
             held_back,
+            lock_wait,
+            calls,
             steps,
             not_done,
             crashed,
@@ -230,6 +281,11 @@ struct OneRun {
     last_step: Option<String>,
     /// The event is pending: held back (due later), not failing.
     held_back: bool,
+    /// The step that gave up waiting for SQLite's write lock (held by its
+    /// own transaction), if one did.
+    lock_wait: Option<String>,
+    /// The calls the attached ledger applied, by the step that made them.
+    calls: Vec<AppliedCall>,
     not_done: Option<String>,
     crashed: bool,
     ledger: Vec<Finding>,
@@ -282,6 +338,7 @@ fn differs(step: &str, transactional: bool, crash: Crash, got: &str, clean: &str
     Finding {
         step: step.to_owned(),
         crash: Some(crash),
+        crashed_step: None,
         problem,
         fix: fix.to_owned(),
     }

@@ -1,0 +1,131 @@
+//! The calls a crash run's service applied beyond the clean run's, by the
+//! step that made them: the step that was running when each call arrived
+//! (the test kit knows), not the step the crash was at, nor the step a key
+//! names.
+//!
+//! A crash re-runs one step; if a *later* step then sends a call again (it
+//! re-does an earlier step's call because that step's output came back
+//! different), the double effect is the later step's, and so is the fix.
+
+use std::collections::HashMap;
+
+use super::boundaries::Crash;
+use super::findings::Finding;
+use super::ledger::LedgerCall;
+
+/// One applied call, as a crash test compares them.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub(crate) struct AppliedCall {
+    /// The step running when it arrived (else the one its key names).
+    pub made_by: Option<String>,
+    /// `POST`.
+    pub method: String,
+    /// `/v1/charges`.
+    pub path: String,
+}
+
+impl AppliedCall {
+    /// The calls of `calls` that took effect.
+    pub(crate) fn of(calls: &[LedgerCall]) -> Vec<Self> {
+        calls
+            .iter()
+            .filter(|call| call.applied)
+            .map(|call| Self {
+                made_by: call
+                    .running
+                    .as_ref()
+                    .or(call.owner.as_ref())
+                    .map(|owner| owner.step.clone()),
+                method: call.method.clone(),
+                path: call.path.clone(),
+            })
+            .collect()
+    }
+}
+
+/// A finding for each step other than `crashed` that made more applied
+/// calls to one `method path` in the crash run than in the clean run,
+/// leaving out the steps in `reported` (the ledger named them already).
+pub(crate) fn made_by_other_steps(
+    crashed: &str,
+    crash: Crash,
+    clean: &[AppliedCall],
+    run: &[AppliedCall],
+    reported: &[&str],
+) -> Vec<Finding> {
+    let mut counts: HashMap<&AppliedCall, i64> = HashMap::new();
+    let mut order: Vec<&AppliedCall> = Vec::new();
+    for call in run {
+        let count = counts.entry(call).or_insert(0);
+        if *count == 0 {
+            order.push(call);
+        }
+        *count += 1;
+    }
+    for call in clean {
+        *counts.entry(call).or_insert(0) -= 1;
+    }
+    order
+        .into_iter()
+        .filter_map(|call| {
+            let extra = counts.get(call).copied().unwrap_or(0);
+            let step = call.made_by.as_deref()?;
+            (extra > 0 && step != crashed && !reported.contains(&step))
+                .then(|| finding(step, crashed, crash, call, extra, clean))
+        })
+        .collect()
+}
+
+/// `step` sent `call` `extra` more times than in the clean run.
+fn finding(
+    step: &str,
+    crashed: &str,
+    crash: Crash,
+    call: &AppliedCall,
+    extra: i64,
+    clean: &[AppliedCall],
+) -> Finding {
+    let (method, path) = (&call.method, &call.path);
+    let times = if extra == 1 {
+        "once more".to_owned()
+    } else {
+        format!("{extra} more times")
+    };
+    // Whose call it re-did: another step that made it in the clean run.
+    let first_made_by = clean
+        .iter()
+        .filter(|made| made.method == call.method && made.path == call.path)
+        .find_map(|made| made.made_by.as_deref().filter(|&by| by != step));
+    let (problem, fix) = match first_made_by {
+        Some(first) => (
+            format!(
+                "it sent {method} {path} {times} than in the clean run: the call step \
+                 `{first}` makes, which the service applied again (a double effect); step \
+                 `{first}` is not to blame, this step re-did its call"
+            ),
+            format!(
+                "do not re-do step `{first}`'s call: read its result from its stored output \
+                 (ctx.output(\"{first}\")), and make `{first}` return that result on every run, \
+                 its re-run after a crash included (a service that honours the key answers the \
+                 re-sent call with the first answer, which carries it)"
+            ),
+        ),
+        None => (
+            format!(
+                "it sent {method} {path} {times} than in the clean run, and the service \
+                 applied each (a double effect)"
+            ),
+            "send the same calls whatever an earlier step's output says, each with \
+             ctx.idempotency_key() as its Idempotency-Key, so a re-sent call is dropped by the \
+             service"
+                .to_owned(),
+        ),
+    };
+    Finding {
+        step: step.to_owned(),
+        crash: Some(crash),
+        crashed_step: Some(crashed.to_owned()),
+        problem,
+        fix,
+    }
+}
