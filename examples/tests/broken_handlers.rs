@@ -13,7 +13,6 @@
 //! Only the PostgreSQL URL (and its recorded skip) comes from
 //! `tickmark_tests`, as for the other tests of this crate.
 
-use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use axum::body::Body;
@@ -248,24 +247,11 @@ async fn receipt_kit(key: ReceiptKey) -> Result<(TestEngine, EffectLedger), BoxE
 /// `send_receipt` with `key`, crashed at every boundary; the end state is
 /// the receipts the service applied.
 async fn receipt_crash_test(key: ReceiptKey) -> Result<CrashReport, TestError> {
-    let current = Arc::new(Mutex::new(None::<EffectLedger>));
-    let for_setup = Arc::clone(&current);
     CrashTest::new(
         charge(),
-        move || {
-            let current = Arc::clone(&for_setup);
-            async move {
-                let (kit, ledger) = receipt_kit(key).await?;
-                *current.lock().unwrap_or_else(PoisonError::into_inner) = Some(ledger);
-                Ok(kit)
-            }
-        },
-        move |_kit| {
-            let ledger = current
-                .lock()
-                .unwrap_or_else(PoisonError::into_inner)
-                .clone();
-            async move { Ok::<_, BoxError>(ledger.ok_or("the setup ran")?.effects().len()) }
+        move || receipt_kit(key),
+        |(_kit, ledger): (TestEngine, EffectLedger)| async move {
+            Ok::<_, BoxError>(ledger.effects().len())
         },
     )
     .within(WITHIN)

@@ -752,3 +752,69 @@ async fn end_state_reads_what_its_own_runs_setup_made() {
     assert_eq!(report.end_state, "(1, 1)");
     assert_eq!(report.runs.len(), 3);
 }
+
+/// Broken: transactional, but saves the order in a transaction of the
+/// engine's own (a second connection), which on SQLite waits for the
+/// write lock the step's transaction holds, for 30 s.
+#[derive(Debug, Serialize, Deserialize)]
+struct SaveOrderInAnotherTransaction;
+
+#[typetag::serde(name = "kit_save_order_in_another_transaction")]
+#[async_trait::async_trait]
+impl Step for SaveOrderInAnotherTransaction {
+    fn transactional(&self) -> bool {
+        true
+    }
+
+    async fn run(&self, ctx: &mut StepContext<'_>) -> StepResult {
+        let engine = ctx.resource::<tickmark::Engine>()?.clone();
+        let mut transaction = engine.transaction().await.map_err(StepError::retryable)?;
+        transaction
+            .query("INSERT INTO orders (id) VALUES ($1)")
+            .bind(ctx.event().id.clone())
+            .execute()
+            .await?;
+        transaction.commit().await.map_err(StepError::retryable)?;
+        Ok(json!({}))
+    }
+}
+
+/// The engine's busy timeout (30 s) outlasts the run (10 s): the step is
+/// still waiting when the time runs out, and is told why it may be.
+#[tokio::test]
+async fn a_transactional_step_still_waiting_on_sqlite_at_the_deadline_is_told_of_the_lock() {
+    let error = CrashTest::new(
+        NewEvent::with_id("shop", "ord_3", "order.placed", json!({})),
+        || async {
+            let handlers = Handlers::new().on(
+                "shop",
+                "order.placed",
+                Handler::new().named_step("save_order", SaveOrderInAnotherTransaction),
+            );
+            let kit = TestEngine::sqlite(handlers).await?;
+            kit.execute("CREATE TABLE orders (id TEXT PRIMARY KEY)")
+                .await?;
+            Ok(kit.clone().with_resource(kit.engine().clone()))
+        },
+        |_kit: TestEngine| async move { Ok::<_, BoxError>(()) },
+    )
+    .within(Duration::from_secs(10))
+    .run()
+    .await
+    .expect_err("the step waits for the lock its own transaction holds");
+    let message = error.to_string();
+    eprintln!("the kit says:\n{message}");
+    assert!(matches!(error, TestError::NotIdempotent(_)), "{message}");
+    assert!(
+        message.contains("step `save_order` (one clean run)"),
+        "{message}"
+    );
+    assert!(
+        message.contains("it did not return within 10.0 s"),
+        "{message}"
+    );
+    assert!(
+        message.contains("write through ctx.transaction(), the step's own transaction"),
+        "{message}"
+    );
+}

@@ -8,6 +8,7 @@ use std::future::Future;
 use std::time::Duration;
 
 use crate::event::{EventState, NewEvent};
+use crate::store::Backend;
 
 use super::boundaries::Crash;
 use super::error::{BoxError, TestError};
@@ -206,9 +207,33 @@ where
         if !self.advance.is_zero() {
             kit.advance(self.advance)?;
         }
-        let ran = kit.run_until_idle_within(self.within).await?;
-
         let (source, id) = (&self.event.source, &self.event.dedup_key);
+        let ran = match kit.run_until_idle_within(self.within).await {
+            Ok(ran) => ran,
+            Err(TestError::NotIdle { within, active }) => {
+                // The step still running at the deadline: the last of this
+                // event's to start.
+                let last = kit
+                    .log()
+                    .started()
+                    .into_iter()
+                    .rev()
+                    .find(|s| &s.owner.source == source && &s.owner.event_id == id);
+                return Err(match last {
+                    Some(last) if last.transactional && kit.backend() == Backend::Sqlite => {
+                        let step = last.owner.step;
+                        let crashed_step = crash
+                            .map(|(crashed, _)| crashed.to_owned())
+                            .filter(|crashed| *crashed != step);
+                        let finding =
+                            lock_wait::stuck(step, crash.map(|(_, at)| at), crashed_step, within);
+                        not_idempotent(source, id, vec![finding])
+                    }
+                    _ => TestError::NotIdle { within, active },
+                });
+            }
+            Err(other) => return Err(other),
+        };
         let status = kit.status(source, id).await?;
         let not_done = (status.state() != EventState::Done)
             .then(|| format!("{}; its steps: {}", status.state(), describe_steps(&status)));

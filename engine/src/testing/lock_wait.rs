@@ -7,8 +7,13 @@
 //! "database is locked". The event is then pending on a retry that will
 //! wait the same way: not a handler held back on purpose.
 
+use std::time::Duration;
+
 use crate::event_status::EventStatus;
 use crate::store::Backend;
+
+use super::boundaries::Crash;
+use super::findings::Finding;
 
 /// What SQLite says when a connection gave up waiting for a lock
 /// (`SQLITE_BUSY`, code 5, and `SQLITE_LOCKED`, code 6, as sqlx shows them).
@@ -28,6 +33,33 @@ pub(crate) const FIX: &str = "write through ctx.transaction(), the step's own tr
     engine.transaction()): on SQLite the step's transaction holds the database's write lock \
     until the step returns, so the second connection waits for it until its busy timeout and \
     fails (\"database is locked\"), and so does every retry";
+
+/// A transactional step still running on SQLite when the run's time ran
+/// out: most likely waiting for the write lock its own transaction holds
+/// (the engine's own pool waits 30 s for it, longer than most test runs).
+pub(crate) fn stuck(
+    step: String,
+    crash: Option<Crash>,
+    crashed_step: Option<String>,
+    within: Duration,
+) -> Finding {
+    Finding {
+        step,
+        crash,
+        crashed_step,
+        problem: format!(
+            "it did not return within {:.1} s; it is transactional, and on SQLite its \
+             transaction holds the database's write lock until it returns, so a write it makes \
+             through a second connection waits for that lock, until that connection's busy \
+             timeout (30 s for the engine's own pool) or forever",
+            within.as_secs_f64()
+        ),
+        fix: format!(
+            "{FIX}; if it writes nothing beside its transaction, look for what else it waits on \
+             (or give the run more time: CrashTest::within)"
+        ),
+    }
+}
 
 /// The step of `status` whose last error is SQLite giving up on a lock, on
 /// SQLite; `None` otherwise.
