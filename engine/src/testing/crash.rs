@@ -91,6 +91,10 @@ where
     /// Run it: `Ok` with what ran when every crash left the clean run's end
     /// state and the ledger saw no double effect; otherwise
     /// [`TestError::NotIdempotent`], each finding naming the step and the fix.
+    /// A run that does not go idle within [`within`](Self::within) is
+    /// [`TestError::NotIdle`], except on SQLite while a transactional step
+    /// is running: that is a finding, naming the lock such a step most
+    /// likely waits for (its own transaction's, through a second connection).
     pub async fn run(self) -> Result<CrashReport, TestError> {
         let (source, id) = (self.event.source.clone(), self.event.dedup_key.clone());
         let mut findings = Vec::new();
@@ -152,6 +156,7 @@ where
                 let another_step_blamed = !redone.is_empty();
                 findings.extend(run.ledger.into_iter().map(|mut finding| {
                     finding.crash = Some(crash);
+                    finding.crashed_step = (finding.step != *step).then(|| step.clone());
                     finding
                 }));
                 findings.extend(redone);

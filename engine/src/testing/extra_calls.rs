@@ -129,3 +129,43 @@ fn finding(
         fix,
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn call(by: &str, path: &str) -> AppliedCall {
+        AppliedCall {
+            made_by: Some(by.to_owned()),
+            method: "POST".to_owned(),
+            path: path.to_owned(),
+        }
+    }
+
+    #[test]
+    fn only_calls_beyond_the_clean_runs_by_another_step_are_found() {
+        let clean = [call("hold", "/holds"), call("confirm", "/confirmations")];
+        // The crashed step's own re-send is the ledger's to judge; the same
+        // calls as the clean run's are nothing.
+        let same = [call("hold", "/holds"), call("confirm", "/confirmations")];
+        let resent = [call("hold", "/holds"), call("hold", "/holds")];
+        assert!(made_by_other_steps("hold", Crash::BeforeMark, &clean, &same, &[]).is_empty());
+        assert!(made_by_other_steps("hold", Crash::BeforeMark, &clean, &resent, &[]).is_empty());
+
+        let redone = [
+            call("hold", "/holds"),
+            call("confirm", "/holds"),
+            call("confirm", "/confirmations"),
+        ];
+        let found = made_by_other_steps("hold", Crash::BeforeMark, &clean, &redone, &[]);
+        assert_eq!(found.len(), 1, "{found:?}");
+        assert_eq!(found[0].step, "confirm");
+        assert_eq!(found[0].crashed_step.as_deref(), Some("hold"));
+        assert!(found[0].problem.contains("the call step `hold` makes"));
+        // Named by the ledger already: not twice.
+        assert!(
+            made_by_other_steps("hold", Crash::BeforeMark, &clean, &redone, &["confirm"])
+                .is_empty()
+        );
+    }
+}
