@@ -616,6 +616,10 @@ async fn a_step_that_re_does_an_earlier_steps_call_is_blamed_not_the_earlier_ste
     );
     assert!(message.contains("ctx.output(\"place_hold\")"), "{message}");
     assert!(
+        message.contains("step `place_hold`'s stored output was {} after the crash"),
+        "{message}"
+    );
+    assert!(
         !message.contains("make the step transactional"),
         "{message}"
     );

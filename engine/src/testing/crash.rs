@@ -12,7 +12,7 @@ use crate::store::Backend;
 
 use super::boundaries::Crash;
 use super::error::{BoxError, TestError};
-use super::extra_calls::{self, AppliedCall};
+use super::extra_calls::{self, AppliedCall, RunRecord};
 use super::findings::{Finding, Findings};
 use super::lock_wait;
 use super::per_run::PerRun;
@@ -149,8 +149,8 @@ where
                 let redone = extra_calls::made_by_other_steps(
                     step,
                     crash,
-                    &clean.calls,
-                    &run.calls,
+                    &clean.record,
+                    &run.record,
                     &reported,
                 );
                 let another_step_blamed = !redone.is_empty();
@@ -279,10 +279,17 @@ where
                 .collect(),
             Err(other) => return Err(other),
         };
-        let calls = kit
-            .ledger()
-            .map(|ledger| AppliedCall::of(&ledger.calls()))
-            .unwrap_or_default();
+        let record = RunRecord {
+            calls: kit
+                .ledger()
+                .map(|ledger| AppliedCall::of(&ledger.calls()))
+                .unwrap_or_default(),
+            outputs: status
+                .steps
+                .iter()
+                .filter_map(|step| Some((step.step.clone(), step.output.clone()?)))
+                .collect(),
+        };
         let end_state = (self.end_state)(per_run)
             .await
             .map_err(TestError::EndState)?;
@@ -296,7 +303,7 @@ where
             last_step,
             held_back,
             lock_wait,
-            calls,
+            record,
             steps,
             not_done,
             crashed,
@@ -314,8 +321,9 @@ struct OneRun {
     /// The step that gave up waiting for SQLite's write lock (held by its
     /// own transaction), if one did.
     lock_wait: Option<String>,
-    /// The calls the attached ledger applied, by the step that made them.
-    calls: Vec<AppliedCall>,
+    /// The calls the attached ledger applied, by the step that made them,
+    /// and the steps' stored outputs.
+    record: RunRecord,
     not_done: Option<String>,
     crashed: bool,
     ledger: Vec<Finding>,

@@ -9,9 +9,21 @@
 
 use std::collections::HashMap;
 
+use serde_json::Value;
+
 use super::boundaries::Crash;
 use super::findings::Finding;
 use super::ledger::LedgerCall;
+
+/// What one run left that the comparison reads: the calls its service
+/// applied, and each step's stored output.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct RunRecord {
+    /// The applied calls, in the order they arrived.
+    pub calls: Vec<AppliedCall>,
+    /// Each step's stored output, by step name.
+    pub outputs: HashMap<String, Value>,
+}
 
 /// One applied call, as a crash test compares them.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
@@ -49,20 +61,20 @@ impl AppliedCall {
 pub(crate) fn made_by_other_steps(
     crashed: &str,
     crash: Crash,
-    clean: &[AppliedCall],
-    run: &[AppliedCall],
+    clean: &RunRecord,
+    run: &RunRecord,
     reported: &[&str],
 ) -> Vec<Finding> {
     let mut counts: HashMap<&AppliedCall, i64> = HashMap::new();
     let mut order: Vec<&AppliedCall> = Vec::new();
-    for call in run {
+    for call in &run.calls {
         let count = counts.entry(call).or_insert(0);
         if *count == 0 {
             order.push(call);
         }
         *count += 1;
     }
-    for call in clean {
+    for call in &clean.calls {
         *counts.entry(call).or_insert(0) -= 1;
     }
     order
@@ -71,9 +83,24 @@ pub(crate) fn made_by_other_steps(
             let extra = counts.get(call).copied().unwrap_or(0);
             let step = call.made_by.as_deref()?;
             (extra > 0 && step != crashed && !reported.contains(&step))
-                .then(|| finding(step, crashed, crash, call, extra, clean))
+                .then(|| finding(step, crashed, crash, call, extra, clean, run))
         })
         .collect()
+}
+
+/// `; step `x`'s stored output was {} after the crash, {"hold":"eff_1"} in
+/// the clean run` when they differ (what the later step read), else nothing.
+fn output_changed(step: &str, clean: &RunRecord, run: &RunRecord) -> String {
+    let (before, after) = (clean.outputs.get(step), run.outputs.get(step));
+    if before == after {
+        return String::new();
+    }
+    let show = |output: Option<&Value>| output.map_or_else(|| "none".to_owned(), Value::to_string);
+    format!(
+        "; step `{step}`'s stored output was {} after the crash, {} in the clean run",
+        show(after),
+        show(before)
+    )
 }
 
 /// `step` sent `call` `extra` more times than in the clean run.
@@ -83,7 +110,8 @@ fn finding(
     crash: Crash,
     call: &AppliedCall,
     extra: i64,
-    clean: &[AppliedCall],
+    clean: &RunRecord,
+    run: &RunRecord,
 ) -> Finding {
     let (method, path) = (&call.method, &call.path);
     let times = if extra == 1 {
@@ -93,6 +121,7 @@ fn finding(
     };
     // Whose call it re-did: another step that made it in the clean run.
     let first_made_by = clean
+        .calls
         .iter()
         .filter(|made| made.method == call.method && made.path == call.path)
         .find_map(|made| made.made_by.as_deref().filter(|&by| by != step));
@@ -101,7 +130,8 @@ fn finding(
             format!(
                 "it sent {method} {path} {times} than in the clean run: the call step \
                  `{first}` makes, which the service applied again (a double effect); step \
-                 `{first}` is not to blame, this step re-did its call"
+                 `{first}` is not to blame, this step re-did its call{}",
+                output_changed(first, clean, run)
             ),
             format!(
                 "do not re-do step `{first}`'s call: read its result from its stored output \
@@ -144,24 +174,38 @@ mod tests {
 
     #[test]
     fn only_calls_beyond_the_clean_runs_by_another_step_are_found() {
-        let clean = [call("hold", "/holds"), call("confirm", "/confirmations")];
+        let record = |calls: &[AppliedCall]| RunRecord {
+            calls: calls.to_vec(),
+            outputs: HashMap::new(),
+        };
+        let clean = record(&[call("hold", "/holds"), call("confirm", "/confirmations")]);
         // The crashed step's own re-send is the ledger's to judge; the same
         // calls as the clean run's are nothing.
-        let same = [call("hold", "/holds"), call("confirm", "/confirmations")];
-        let resent = [call("hold", "/holds"), call("hold", "/holds")];
+        let same = record(&[call("hold", "/holds"), call("confirm", "/confirmations")]);
+        let resent = record(&[call("hold", "/holds"), call("hold", "/holds")]);
         assert!(made_by_other_steps("hold", Crash::BeforeMark, &clean, &same, &[]).is_empty());
         assert!(made_by_other_steps("hold", Crash::BeforeMark, &clean, &resent, &[]).is_empty());
 
-        let redone = [
+        let mut redone = record(&[
             call("hold", "/holds"),
             call("confirm", "/holds"),
             call("confirm", "/confirmations"),
-        ];
+        ]);
+        redone
+            .outputs
+            .insert("hold".to_owned(), serde_json::json!({}));
         let found = made_by_other_steps("hold", Crash::BeforeMark, &clean, &redone, &[]);
         assert_eq!(found.len(), 1, "{found:?}");
         assert_eq!(found[0].step, "confirm");
         assert_eq!(found[0].crashed_step.as_deref(), Some("hold"));
         assert!(found[0].problem.contains("the call step `hold` makes"));
+        assert!(
+            found[0].problem.contains(
+                "step `hold`'s stored output was {} after the crash, none in the clean run"
+            ),
+            "{}",
+            found[0].problem
+        );
         // Named by the ledger already: not twice.
         assert!(
             made_by_other_steps("hold", Crash::BeforeMark, &clean, &redone, &["confirm"])
