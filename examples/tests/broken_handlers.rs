@@ -9,11 +9,11 @@
 //! | a receipt POSTed without an `Idempotency-Key` | a double effect without a key | pass ctx.idempotency_key() |
 //! | a receipt POSTed with a random key per run | keys that disagree | use ctx.idempotency_key() |
 //! | a transactional step writing through the app's own pool (PostgreSQL) | its effect survived the rollback | write through ctx.transaction() |
+//! | the same on SQLite | its write waited for the step's own lock ("database is locked") | write through ctx.transaction() |
 //!
 //! Only the PostgreSQL URL (and its recorded skip) comes from
 //! `tickmark_tests`, as for the other tests of this crate.
 
-use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use axum::body::Body;
@@ -248,24 +248,11 @@ async fn receipt_kit(key: ReceiptKey) -> Result<(TestEngine, EffectLedger), BoxE
 /// `send_receipt` with `key`, crashed at every boundary; the end state is
 /// the receipts the service applied.
 async fn receipt_crash_test(key: ReceiptKey) -> Result<CrashReport, TestError> {
-    let current = Arc::new(Mutex::new(None::<EffectLedger>));
-    let for_setup = Arc::clone(&current);
     CrashTest::new(
         charge(),
-        move || {
-            let current = Arc::clone(&for_setup);
-            async move {
-                let (kit, ledger) = receipt_kit(key).await?;
-                *current.lock().unwrap_or_else(PoisonError::into_inner) = Some(ledger);
-                Ok(kit)
-            }
-        },
-        move |_kit| {
-            let ledger = current
-                .lock()
-                .unwrap_or_else(PoisonError::into_inner)
-                .clone();
-            async move { Ok::<_, BoxError>(ledger.ok_or("the setup ran")?.effects().len()) }
+        move || receipt_kit(key),
+        |(_kit, ledger): (TestEngine, EffectLedger)| async move {
+            Ok::<_, BoxError>(ledger.effects().len())
         },
     )
     .within(WITHIN)
@@ -393,10 +380,8 @@ async fn c_a_random_idempotency_key_per_run_is_keys_that_disagree() {
 // ---------------------------------------------------------------------------
 // (d) A transactional step writing beside its transaction.
 
-/// On PostgreSQL only: on SQLite the step's open transaction holds the
-/// file's write lock, so the app's second pool would wait on it (until its
-/// busy timeout) instead of committing beside it; the mistake shows on a
-/// server database.
+/// On PostgreSQL the write commits beside the step's transaction and
+/// survives its rollback. (On SQLite it cannot: see the test after this.)
 #[tokio::test]
 async fn d_a_transactional_step_writing_through_the_apps_own_pool_survives_the_rollback() {
     if tickmark_tests::db::postgres_url().is_none() {
@@ -419,6 +404,34 @@ async fn d_a_transactional_step_writing_through_the_apps_own_pool_survives_the_r
     );
 
     let report = counter_crash_test(Backend::Postgres, || CountVisit)
+        .await
+        .expect("counted in the step's transaction, the counter is idempotent");
+    assert_eq!(report.end_state, "1");
+}
+
+/// On SQLite the step's open transaction holds the file's write lock, so
+/// the app's second pool waits on it until its busy timeout (sqlx's 5 s)
+/// and fails: the kit says so and names the fix, not a debounce window.
+#[tokio::test]
+async fn d_on_sqlite_a_transactional_step_writing_through_the_apps_own_pool_waits_for_its_own_lock()
+{
+    let error = counter_crash_test(Backend::Sqlite, || CountVisitBesideTheTransaction)
+        .await
+        .expect_err("the app's pool waits for the step's own lock");
+    let message = message_of(&error);
+    assert!(matches!(error, TestError::NotIdempotent(_)), "{message}");
+    assert!(
+        message.contains("step `count_visit` (one clean run)"),
+        "{message}"
+    );
+    assert!(message.contains("database is locked"), "{message}");
+    assert!(
+        message.contains("write through ctx.transaction(), the step's own transaction"),
+        "{message}"
+    );
+    assert!(!message.contains("debounce"), "{message}");
+
+    let report = counter_crash_test(Backend::Sqlite, || CountVisit)
         .await
         .expect("counted in the step's transaction, the counter is idempotent");
     assert_eq!(report.end_state, "1");

@@ -9,7 +9,7 @@
 //! Only the PostgreSQL URL (and its recorded skip) comes from
 //! `tickmark_tests`, as for the other tests of this crate.
 
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::Arc;
 use std::time::Duration;
 
 use serde_json::json;
@@ -131,29 +131,12 @@ fn expected(event_id: &str) -> EndState {
 }
 
 async fn crash_test(backend: Backend, event_id: &'static str) -> CrashReport {
-    // Each run's surroundings, for the end-state query of the same run.
-    let current = Arc::new(Mutex::new(None::<App>));
-    let for_setup = Arc::clone(&current);
+    // Each run's surroundings (the context), for the end-state query of
+    // the same run.
     CrashTest::new(
         invoice_paid(event_id),
-        move || {
-            let current = Arc::clone(&for_setup);
-            async move {
-                let (kit, app) = payments_kit(backend).await?;
-                *current.lock().unwrap_or_else(PoisonError::into_inner) = Some(app);
-                Ok(kit)
-            }
-        },
-        move |_kit| {
-            let app = current
-                .lock()
-                .unwrap_or_else(PoisonError::into_inner)
-                .clone();
-            async move {
-                let app = app.ok_or("the setup ran")?;
-                end_state(&app, event_id).await
-            }
-        },
+        move || payments_kit(backend),
+        move |(_kit, app): (TestEngine, App)| async move { end_state(&app, event_id).await },
     )
     .within(WITHIN)
     .run()

@@ -18,7 +18,6 @@
 //! Only the PostgreSQL URL (and its recorded skip) comes from
 //! `tickmark_tests`, as for the other tests of this crate.
 
-use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use axum::http::{HeaderMap, HeaderValue};
@@ -156,27 +155,15 @@ fn paid_order_end() -> OrderEnd {
 /// The order flow crashed at every boundary; its payment accepted (and
 /// recorded) before, so the wait matches at once.
 async fn order_crash_test(backend: Backend) -> CrashReport {
-    let current = Arc::new(Mutex::new(None::<EffectLedger>));
-    let for_setup = Arc::clone(&current);
     CrashTest::new(
         orders_create("wh-create-1"),
-        move || {
-            let current = Arc::clone(&for_setup);
-            async move {
-                let (kit, ledger) = shopsync_kit(backend).await?;
-                kit.deliver(orders_paid("wh-paid-1")).await?;
-                kit.run_until_idle_within(WITHIN).await?;
-                *current.lock().unwrap_or_else(PoisonError::into_inner) = Some(ledger);
-                Ok(kit)
-            }
+        move || async move {
+            let (kit, ledger) = shopsync_kit(backend).await?;
+            kit.deliver(orders_paid("wh-paid-1")).await?;
+            kit.run_until_idle_within(WITHIN).await?;
+            Ok((kit, ledger))
         },
-        move |kit| {
-            let ledger = current
-                .lock()
-                .unwrap_or_else(PoisonError::into_inner)
-                .clone();
-            async move { order_end(&kit, &ledger.ok_or("the setup ran")?).await }
-        },
+        |(kit, ledger): (TestEngine, EffectLedger)| async move { order_end(&kit, &ledger).await },
     )
     .within(WITHIN)
     .run()
@@ -339,24 +326,11 @@ async fn a_push_crashed_after_its_call_before_its_mark_pushes_once() {
 /// past the debounce once the update is delivered; the end state is the
 /// Admin API's effects.
 async fn product_crash_test(advance: Duration) -> Result<CrashReport, TestError> {
-    let current = Arc::new(Mutex::new(None::<EffectLedger>));
-    let for_setup = Arc::clone(&current);
     CrashTest::new(
         products_update(1),
-        move || {
-            let current = Arc::clone(&for_setup);
-            async move {
-                let (kit, ledger) = shopsync_kit(Backend::Sqlite).await?;
-                *current.lock().unwrap_or_else(PoisonError::into_inner) = Some(ledger);
-                Ok(kit)
-            }
-        },
-        move |_kit| {
-            let ledger = current
-                .lock()
-                .unwrap_or_else(PoisonError::into_inner)
-                .clone();
-            async move { Ok::<_, BoxError>(applied(&ledger.ok_or("the setup ran")?)) }
+        || shopsync_kit(Backend::Sqlite),
+        |(_kit, ledger): (TestEngine, EffectLedger)| async move {
+            Ok::<_, BoxError>(applied(&ledger))
         },
     )
     .advance_after_delivery(advance)

@@ -483,3 +483,342 @@ async fn a_sleep_step_waits_for_the_fake_clock() {
     kit.assert_done("stripe", "cus_1").await.unwrap();
     assert_eq!(kit.runs_of("stripe", "cus_1", "follow_up"), 1);
 }
+
+// ---------------------------------------------------------------------------
+// Handlers the kit has never seen: a step that re-does an earlier step's
+// call, a transactional step that writes through a second connection on
+// SQLite, and an end state read from what `setup` made for its own run.
+
+/// Where the hold steps post (the ledger, in these tests).
+#[derive(Debug, Clone)]
+struct HoldsUrl(String);
+
+/// POSTs `path` on the holds service with `key`; the answer's status, its
+/// `Idempotent-Replayed` header and its JSON body.
+async fn post_hold_service(
+    ctx: &StepContext<'_>,
+    path: &str,
+    key: &str,
+) -> Result<(bool, serde_json::Value), StepError> {
+    let url = ctx.resource::<HoldsUrl>()?.0.clone();
+    let request = axum::http::Request::post(format!("{url}{path}"))
+        .header("idempotency-key", key)
+        .body(Body::from(ctx.event().id.clone()))
+        .map_err(StepError::terminal)?;
+    let client: Client<HttpConnector, Body> = Client::builder(TokioExecutor::new()).build_http();
+    let response = client
+        .request(request)
+        .await
+        .map_err(StepError::retryable)?;
+    let replayed = response.headers().contains_key("idempotent-replayed");
+    let body = http_body_util::BodyExt::collect(response.into_body())
+        .await
+        .map_err(StepError::retryable)?
+        .to_bytes();
+    let body = serde_json::from_slice(&body).map_err(StepError::retryable)?;
+    Ok((replayed, body))
+}
+
+/// Places a hold with its own key (right), but on a replayed answer
+/// reports nothing ("done already"): its output then lacks the hold.
+#[derive(Debug, Serialize, Deserialize)]
+struct PlaceHold;
+
+#[typetag::serde(name = "kit_place_hold")]
+#[async_trait::async_trait]
+impl Step for PlaceHold {
+    async fn run(&self, ctx: &mut StepContext<'_>) -> StepResult {
+        let key = ctx.idempotency_key().to_owned();
+        let (replayed, body) = post_hold_service(ctx, "/holds", &key).await?;
+        if replayed {
+            return Ok(json!({}));
+        }
+        Ok(json!({ "hold": body["id"] }))
+    }
+}
+
+/// Confirms the hold; when the hold step's output has none, places the
+/// hold again itself (with a key made from the hold step's), so the
+/// service applies a second hold.
+#[derive(Debug, Serialize, Deserialize)]
+struct ConfirmHold;
+
+#[typetag::serde(name = "kit_confirm_hold")]
+#[async_trait::async_trait]
+impl Step for ConfirmHold {
+    async fn run(&self, ctx: &mut StepContext<'_>) -> StepResult {
+        let event = ctx.event();
+        let hold_key = tickmark::idempotency_key(&event.source, &event.id, "place_hold");
+        let hold = match ctx.output("place_hold").map(|output| &output["hold"]) {
+            Some(hold) if !hold.is_null() => hold.clone(),
+            _ => {
+                let again = format!("{hold_key}-again");
+                post_hold_service(ctx, "/holds", &again).await?.1["id"].clone()
+            }
+        };
+        let key = ctx.idempotency_key().to_owned();
+        post_hold_service(ctx, "/confirmations", &key).await?;
+        Ok(json!({ "confirmed": hold }))
+    }
+}
+
+fn holds() -> Handlers {
+    Handlers::new().on(
+        "shop",
+        "order.placed",
+        Handler::new()
+            .named_step("place_hold", PlaceHold)
+            .named_step("confirm_hold", ConfirmHold),
+    )
+}
+
+#[tokio::test]
+async fn a_step_that_re_does_an_earlier_steps_call_is_blamed_not_the_earlier_step() {
+    let error = CrashTest::new(
+        NewEvent::with_id("shop", "ord_1", "order.placed", json!({})),
+        || async {
+            let ledger = EffectLedger::start().await?;
+            let kit = TestEngine::sqlite(holds())
+                .await?
+                .with_resource(HoldsUrl(ledger.url()))
+                .with_ledger(&ledger);
+            Ok((kit, ledger))
+        },
+        // The end state: the effects this run's own ledger applied, by path.
+        |(_kit, ledger): (TestEngine, EffectLedger)| async move {
+            let mut paths: Vec<String> = ledger.effects().into_iter().map(|c| c.path).collect();
+            paths.sort();
+            Ok::<_, BoxError>(paths)
+        },
+    )
+    .within(WITHIN)
+    .run()
+    .await
+    .expect_err("the hold is placed twice after place_hold's crash");
+    let message = error.to_string();
+    eprintln!("the kit says:\n{message}");
+    let TestError::NotIdempotent(findings) = &error else {
+        panic!("{message}");
+    };
+    let blamed: Vec<&str> = findings.findings.iter().map(|f| f.step.as_str()).collect();
+    assert_eq!(blamed, ["confirm_hold"], "{message}");
+    assert!(
+        message.contains("step `confirm_hold` (after step `place_hold`'s crash after its effect, before its mark)"),
+        "{message}"
+    );
+    assert!(
+        message.contains("it sent POST /holds once more than in the clean run"),
+        "{message}"
+    );
+    assert!(
+        message.contains("do not re-do step `place_hold`'s call"),
+        "{message}"
+    );
+    assert!(message.contains("ctx.output(\"place_hold\")"), "{message}");
+    assert!(
+        message.contains("step `place_hold`'s stored output was {} after the crash"),
+        "{message}"
+    );
+    assert!(
+        !message.contains("make the step transactional"),
+        "{message}"
+    );
+}
+
+/// The application's own SQLite pool on the test database, as an app that
+/// had its pool before tickmark keeps it: waits half a second for a lock.
+#[derive(Debug, Clone)]
+struct OrdersPool(sqlx::SqlitePool);
+
+/// Broken: transactional, but saves the order through the app's own pool:
+/// on SQLite that connection waits for the write lock the step's own
+/// transaction holds, until its busy timeout, and fails.
+#[derive(Debug, Serialize, Deserialize)]
+struct SaveOrderThroughTheAppsPool;
+
+#[typetag::serde(name = "kit_save_order_through_the_apps_pool")]
+#[async_trait::async_trait]
+impl Step for SaveOrderThroughTheAppsPool {
+    fn transactional(&self) -> bool {
+        true
+    }
+
+    async fn run(&self, ctx: &mut StepContext<'_>) -> StepResult {
+        let pool = ctx.resource::<OrdersPool>()?.0.clone();
+        sqlx::query("INSERT INTO orders (id) VALUES ($1)")
+            .bind(ctx.event().id.clone())
+            .execute(&pool)
+            .await
+            .map_err(StepError::retryable)?;
+        Ok(json!({}))
+    }
+}
+
+#[tokio::test]
+async fn a_transactional_step_writing_through_a_second_sqlite_connection_is_told_of_the_lock() {
+    use std::str::FromStr;
+    let error = CrashTest::new(
+        NewEvent::with_id("shop", "ord_2", "order.placed", json!({})),
+        || async {
+            let handlers = Handlers::new().on(
+                "shop",
+                "order.placed",
+                Handler::new().named_step("save_order", SaveOrderThroughTheAppsPool),
+            );
+            let kit = TestEngine::sqlite(handlers).await?;
+            kit.execute("CREATE TABLE orders (id TEXT PRIMARY KEY)")
+                .await?;
+            let options = sqlx::sqlite::SqliteConnectOptions::from_str(kit.database_url())?
+                .busy_timeout(Duration::from_millis(500));
+            let pool = sqlx::SqlitePool::connect_with(options).await?;
+            Ok(kit.with_resource(OrdersPool(pool)))
+        },
+        |kit: TestEngine| async move {
+            let mut transaction = kit.engine().transaction().await?;
+            let (orders,): (i64,) = transaction
+                .query("SELECT count(*) FROM orders")
+                .fetch_one()
+                .await?;
+            Ok::<_, BoxError>(orders)
+        },
+    )
+    .within(WITHIN)
+    .run()
+    .await
+    .expect_err("the step never gets the lock its own transaction holds");
+    let message = error.to_string();
+    eprintln!("the kit says:\n{message}");
+    assert!(matches!(error, TestError::NotIdempotent(_)), "{message}");
+    assert!(
+        message.contains("step `save_order` (one clean run)"),
+        "{message}"
+    );
+    assert!(message.contains("database is locked"), "{message}");
+    assert!(
+        message.contains("write through ctx.transaction(), the step's own transaction"),
+        "{message}"
+    );
+    assert!(!message.contains("debounce"), "{message}");
+}
+
+/// Where the invoices are written (a resource).
+#[derive(Debug, Clone)]
+struct InvoiceDir(std::path::PathBuf);
+
+/// Writes the event's invoice file, under a name of its own: a re-run
+/// writes the same file again.
+#[derive(Debug, Serialize, Deserialize)]
+struct WriteInvoice;
+
+#[typetag::serde(name = "kit_write_invoice")]
+#[async_trait::async_trait]
+impl Step for WriteInvoice {
+    async fn run(&self, ctx: &mut StepContext<'_>) -> StepResult {
+        let dir = ctx.resource::<InvoiceDir>()?.0.clone();
+        let file = dir.join(format!("{}.txt", ctx.event().id));
+        tokio::fs::write(&file, b"paid")
+            .await
+            .map_err(StepError::retryable)?;
+        Ok(json!({ "file": file.display().to_string() }))
+    }
+}
+
+#[tokio::test]
+async fn end_state_reads_what_its_own_runs_setup_made() {
+    let report = CrashTest::new(
+        invoice("in_9"),
+        || async {
+            let dir = tempfile::tempdir()?;
+            let handlers = Handlers::new().on(
+                "stripe",
+                "invoice.paid",
+                Handler::new()
+                    .named_step("write_invoice", WriteInvoice)
+                    .named_step("post_notice", PostNotice { with_key: true }),
+            );
+            let ledger = EffectLedger::start().await?;
+            let kit = TestEngine::sqlite(handlers)
+                .await?
+                .with_resource(InvoiceDir(dir.path().to_owned()))
+                .with_resource(NoticeUrl(ledger.url()))
+                .with_ledger(&ledger);
+            Ok((kit, (dir, ledger)))
+        },
+        |(_kit, (dir, ledger)): (TestEngine, (tempfile::TempDir, EffectLedger))| async move {
+            let files = std::fs::read_dir(dir.path())?.count();
+            Ok::<_, BoxError>((files, ledger.effects().len()))
+        },
+    )
+    .within(WITHIN)
+    .run()
+    .await
+    .expect("a file under a fixed name and a keyed notice are idempotent");
+    assert_eq!(report.end_state, "(1, 1)");
+    assert_eq!(report.runs.len(), 3);
+}
+
+/// Broken: transactional, but saves the order in a transaction of the
+/// engine's own (a second connection), which on SQLite waits for the
+/// write lock the step's transaction holds, for 30 s.
+#[derive(Debug, Serialize, Deserialize)]
+struct SaveOrderInAnotherTransaction;
+
+#[typetag::serde(name = "kit_save_order_in_another_transaction")]
+#[async_trait::async_trait]
+impl Step for SaveOrderInAnotherTransaction {
+    fn transactional(&self) -> bool {
+        true
+    }
+
+    async fn run(&self, ctx: &mut StepContext<'_>) -> StepResult {
+        let engine = ctx.resource::<tickmark::Engine>()?.clone();
+        let mut transaction = engine.transaction().await.map_err(StepError::retryable)?;
+        transaction
+            .query("INSERT INTO orders (id) VALUES ($1)")
+            .bind(ctx.event().id.clone())
+            .execute()
+            .await?;
+        transaction.commit().await.map_err(StepError::retryable)?;
+        Ok(json!({}))
+    }
+}
+
+/// The engine's busy timeout (30 s) outlasts the run (10 s): the step is
+/// still waiting when the time runs out, and is told why it may be.
+#[tokio::test]
+async fn a_transactional_step_still_waiting_on_sqlite_at_the_deadline_is_told_of_the_lock() {
+    let error = CrashTest::new(
+        NewEvent::with_id("shop", "ord_3", "order.placed", json!({})),
+        || async {
+            let handlers = Handlers::new().on(
+                "shop",
+                "order.placed",
+                Handler::new().named_step("save_order", SaveOrderInAnotherTransaction),
+            );
+            let kit = TestEngine::sqlite(handlers).await?;
+            kit.execute("CREATE TABLE orders (id TEXT PRIMARY KEY)")
+                .await?;
+            Ok(kit.clone().with_resource(kit.engine().clone()))
+        },
+        |_kit: TestEngine| async move { Ok::<_, BoxError>(()) },
+    )
+    .within(Duration::from_secs(10))
+    .run()
+    .await
+    .expect_err("the step waits for the lock its own transaction holds");
+    let message = error.to_string();
+    eprintln!("the kit says:\n{message}");
+    assert!(matches!(error, TestError::NotIdempotent(_)), "{message}");
+    assert!(
+        message.contains("step `save_order` (one clean run)"),
+        "{message}"
+    );
+    assert!(
+        message.contains("it did not return within 10.0 s"),
+        "{message}"
+    );
+    assert!(
+        message.contains("write through ctx.transaction(), the step's own transaction"),
+        "{message}"
+    );
+}

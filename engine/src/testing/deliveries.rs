@@ -103,6 +103,7 @@ impl TestEngine {
             findings.push(Finding {
                 step: "(the inbox)".to_owned(),
                 crash: None,
+                crashed_step: None,
                 problem: format!(
                     "{} of {} copies were recorded as new events",
                     deliveries.new,
@@ -123,6 +124,7 @@ impl TestEngine {
                     findings.push(Finding {
                         step: step.step.clone(),
                         crash: None,
+                        crashed_step: None,
                         problem: format!(
                             "it ran {runs} times in {attempts} attempt(s) for {} deliveries",
                             copies + 1

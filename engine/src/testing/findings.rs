@@ -13,6 +13,10 @@ pub struct Finding {
     pub step: String,
     /// The crash that showed it (`None`: the clean run).
     pub crash: Option<Crash>,
+    /// The step that crash stopped, when it is not the step to blame (a
+    /// later step that re-did its call after it ran again); `None`: the
+    /// step to blame is the one that crashed.
+    pub crashed_step: Option<String>,
     /// What went wrong.
     pub problem: String,
     /// What to change.
@@ -26,7 +30,20 @@ impl fmt::Display for Finding {
             Some(Crash::AfterMark) => "a crash after its mark",
             None => "one clean run",
         };
-        write!(f, "step `{}` ({when}): {}", self.step, self.problem)?;
+        match self
+            .crashed_step
+            .as_deref()
+            .filter(|&other| other != self.step)
+        {
+            Some(other) => write!(
+                f,
+                "step `{}` (after step `{other}`'s {}): {}",
+                self.step,
+                when.trim_start_matches("a "),
+                self.problem
+            )?,
+            None => write!(f, "step `{}` ({when}): {}", self.step, self.problem)?,
+        }
         if !self.fix.is_empty() {
             write!(f, "\n    fix: {}", self.fix)?;
         }

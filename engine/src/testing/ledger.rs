@@ -46,6 +46,11 @@ pub struct LedgerCall {
     /// `{ctx.idempotency_key()}-{attempt}`, is the running step's: it would
     /// otherwise read as a step named `send_receipt-2`.)
     pub owner: Option<EffectOwner>,
+    /// The step the test kit says was running when the call arrived,
+    /// whatever its key names; `None` outside a test engine or between
+    /// steps. It made the call: a step that re-sends another step's call
+    /// (with a key of its own, or another's) is this one.
+    pub running: Option<EffectOwner>,
     /// Whether an earlier call with the same key was replayed instead of
     /// applied (the first answer, sent again).
     pub replayed: bool,

@@ -8,8 +8,11 @@ mod crash;
 mod database;
 mod deliveries;
 mod error;
+mod extra_calls;
 mod findings;
 mod ledger;
+mod lock_wait;
+mod per_run;
 mod test_engine;
 
 pub use boundaries::Crash;
@@ -18,4 +21,5 @@ pub use deliveries::{Deliveries, Order};
 pub use error::{BoxError, TestError};
 pub use findings::{Finding, Findings};
 pub use ledger::{EffectLedger, EffectOwner, LedgerCall, LedgerViolation};
+pub use per_run::PerRun;
 pub use test_engine::{RunReport, TestEngine};

@@ -38,7 +38,8 @@ async fn answer(State(shared): State<Arc<Shared>>, request: Request) -> Response
         .get(&IDEMPOTENCY_KEY)
         .map(|value| String::from_utf8_lossy(value.as_bytes()).into_owned());
     // Whose call it is, decided as it arrives, before its body is read.
-    let owner = owner_of(key.as_deref(), shared.owner_now());
+    let running = shared.owner_now();
+    let owner = owner_of(key.as_deref(), running.clone());
     let declared = request
         .headers()
         .get(header::CONTENT_LENGTH)
@@ -66,6 +67,7 @@ async fn answer(State(shared): State<Arc<Shared>>, request: Request) -> Response
         idempotency_key: key,
         body,
         owner,
+        running,
         replayed: false,
         applied: false,
         status: StatusCode::OK.as_u16(),
