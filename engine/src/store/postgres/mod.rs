@@ -3,6 +3,7 @@
 //! Times come from the database clock (`now()`), so machines' clocks may differ.
 
 mod admin;
+mod accept_lock;
 mod admin_sql;
 mod caller_transaction;
 mod debounce;
@@ -328,9 +329,38 @@ fn insert_many(
                 (&events[a].source, &events[a].dedup_key)
                     .cmp(&(&events[b].source, &events[b].dedup_key))
             });
-            let rows: Vec<&OwnedEventInsert> = order.iter().map(|&i| &events[i]).collect();
+            let sorted: Vec<&OwnedEventInsert> = order.iter().map(|&i| &events[i]).collect();
             let result = async {
                 let mut tx = db.begin().await?;
+                // Keys held by an open caller's transaction wait for no one
+                // (`accept_lock.rs`): left out, answered AcceptInProgress.
+                let free = accept_lock::try_shared(
+                    &mut tx,
+                    sorted.iter().map(|e| {
+                        (
+                            e.source.as_str(),
+                            e.dedup_key.as_str(),
+                            e.replay_key.as_deref(),
+                        )
+                    }),
+                )
+                .await?;
+                let held: std::collections::HashSet<usize> = order
+                    .iter()
+                    .zip(&free)
+                    .filter(|(_, free)| !**free)
+                    .map(|(&i, _)| i)
+                    .collect();
+                let rows: Vec<&OwnedEventInsert> = sorted
+                    .iter()
+                    .zip(&free)
+                    .filter(|(_, free)| **free)
+                    .map(|(e, _)| *e)
+                    .collect();
+                if rows.is_empty() {
+                    tx.commit().await?;
+                    return Ok::<_, StoreError>((Vec::new(), held));
+                }
                 let mut inserted: Vec<(i64, String, String)> =
                     sqlx::query_as(sql::EVENT_INSERT_MANY)
                         .bind(rows.iter().map(|e| e.source.as_str()).collect::<Vec<_>>())
@@ -376,11 +406,11 @@ fn insert_many(
                 let refused = undo_tombstoned(&mut tx, inserted.iter().map(|(id, ..)| *id)).await?;
                 inserted.retain(|(id, ..)| !refused.contains(id));
                 tx.commit().await?;
-                Ok::<_, StoreError>(inserted)
+                Ok((inserted, held))
             }
             .await;
             match result {
-                Ok(inserted) => {
+                Ok((inserted, held)) => {
                     // A key inserted by this batch is New for its first
                     // occurrence; a repeat within the batch is a Duplicate.
                     let mut new: std::collections::HashMap<(&str, &str), i64> = inserted
@@ -389,13 +419,15 @@ fn insert_many(
                         .collect();
                     events
                         .iter()
-                        .map(|e| {
-                            Ok(
-                                match new.remove(&(e.source.as_str(), e.dedup_key.as_str())) {
-                                    Some(seq) => InsertOutcome::New(seq),
-                                    None => InsertOutcome::Duplicate,
-                                },
-                            )
+                        .enumerate()
+                        .map(|(i, e)| {
+                            if held.contains(&i) {
+                                return Err(StoreError::AcceptInProgress);
+                            }
+                            Ok(match new.remove(&(e.source.as_str(), e.dedup_key.as_str())) {
+                                Some(seq) => InsertOutcome::New(seq),
+                                None => InsertOutcome::Duplicate,
+                            })
                         })
                         .collect()
                 }

@@ -9,7 +9,7 @@
 
 use chrono::{DateTime, Utc};
 
-use super::{admin_sql, PostgresStore};
+use super::{accept_lock, admin_sql, PostgresStore};
 use crate::store::wait::{decide, WaitDecision};
 use crate::store::{EventInsert, InsertOutcome, StoreError, WaitSettled, WaitStep};
 
@@ -151,6 +151,11 @@ impl PostgresStore {
         event: &EventInsert<'_>,
     ) -> Result<InsertOutcome, StoreError> {
         let mut tx = self.db.begin().await?;
+        // Never wait for an open caller's transaction (`accept_lock.rs`).
+        let keys = (event.source, event.dedup_key, event.replay_key);
+        if accept_lock::try_shared(&mut tx, std::iter::once(keys)).await? != [true] {
+            return Err(StoreError::AcceptInProgress);
+        }
         let outcome = self.insert_one_on(&mut tx, event).await?;
         tx.commit().await?;
         Ok(outcome)
