@@ -27,8 +27,8 @@ use tickmark::store::postgres::PostgresStore;
 use tickmark::store::sqlite::{SqliteOptions, SqliteStore};
 use tickmark::wait::WaitFor;
 use tickmark::{
-    Accepted, Backend, Engine, Handler, Handlers, NewEvent, Receiver, StepState, Store,
-    StoreError, WorkerConfig,
+    Accepted, Backend, Engine, Handler, Handlers, NewEvent, Receiver, StepState, Store, StoreError,
+    WorkerConfig,
 };
 use tickmark_tests::conformance::admin::{age, run_until_idle, three_steps};
 use tickmark_tests::conformance::{self, order_paid, quick_worker};

@@ -2,8 +2,8 @@
 //! database. Claims use `FOR UPDATE SKIP LOCKED`; wake-ups use `LISTEN/NOTIFY`.
 //! Times come from the database clock (`now()`), so machines' clocks may differ.
 
-mod admin;
 mod accept_lock;
+mod admin;
 mod admin_sql;
 mod caller_transaction;
 mod debounce;
@@ -424,10 +424,12 @@ fn insert_many(
                             if held.contains(&i) {
                                 return Err(StoreError::AcceptInProgress);
                             }
-                            Ok(match new.remove(&(e.source.as_str(), e.dedup_key.as_str())) {
-                                Some(seq) => InsertOutcome::New(seq),
-                                None => InsertOutcome::Duplicate,
-                            })
+                            Ok(
+                                match new.remove(&(e.source.as_str(), e.dedup_key.as_str())) {
+                                    Some(seq) => InsertOutcome::New(seq),
+                                    None => InsertOutcome::Duplicate,
+                                },
+                            )
                         })
                         .collect()
                 }
