@@ -659,3 +659,50 @@ async fn sqlite_an_open_callers_transaction_is_answered_503_not_a_hang() {
         assert_eq!(probe.runs(id, "first").await, 1, "{id} ran once");
     }
 }
+
+/// An event that waits may match is accepted in a transaction of its own,
+/// not by the flushers; it too is told at once that a caller's open
+/// transaction holds its key, instead of waiting (and holding a pooled
+/// connection) until that transaction ends. Rolled back, the retry records
+/// it.
+#[tokio::test]
+async fn postgres_a_matchable_events_copy_does_not_wait_for_the_callers_transaction() {
+    let Some(db) = TestDb::new(Backend::Postgres).await else {
+        return;
+    };
+    let handlers = Handlers::new()
+        .on(
+            "shop",
+            "order.created",
+            Handler::new().wait(
+                "paid",
+                WaitFor::event("shop", "payment.done")
+                    .matching("/id")
+                    .timeout(Duration::from_secs(3600)),
+            ),
+        )
+        .on(
+            "shop",
+            "payment.done",
+            Handler::new().named_step("record", Record::default()),
+        );
+    let engine = conformance::engine(&db, handlers);
+    let payment = || NewEvent::with_id("shop", "p-1", "payment.done", json!({ "id": 1 }));
+    let app = PgPoolOptions::new().connect(&db.url).await.unwrap();
+    let mut tx = app.begin().await.unwrap();
+    let accepted = engine.accept_in(&mut tx, payment()).await.unwrap();
+    assert!(matches!(accepted, Accepted::New { .. }), "{accepted:?}");
+
+    let copy = tokio::time::timeout(Duration::from_secs(10), engine.accept(payment()))
+        .await
+        .expect("the copy does not wait for the caller's transaction");
+    assert!(
+        matches!(copy, Err(StoreError::AcceptInProgress)),
+        "{copy:?}"
+    );
+    tx.rollback().await.unwrap();
+    let retry = engine.accept(payment()).await.unwrap();
+    assert!(matches!(retry, Accepted::New { .. }), "{retry:?}");
+    assert_eq!(run_worker(&engine).await, 1);
+    assert_eq!(db.probe.runs("p-1", "record").await, 1);
+}
