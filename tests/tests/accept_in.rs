@@ -706,3 +706,36 @@ async fn postgres_a_matchable_events_copy_does_not_wait_for_the_callers_transact
     assert_eq!(run_worker(&engine).await, 1);
     assert_eq!(db.probe.runs("p-1", "record").await, 1);
 }
+
+/// A debounced accept runs in a transaction of its own under its debounce
+/// key's lock; a copy of a key held by a caller's open transaction (the
+/// same id under a kind whose handler debounces) is told at once too,
+/// rather than waiting there and holding up the debounce key's other
+/// accepts. (Multi-threaded: the duplicate's connection goes back to the
+/// pool with a rollback pending, which the pool sends on a task of the
+/// runtime while the schema's cleanup blocks the test's thread.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_a_debounced_copy_does_not_wait_for_the_callers_transaction() {
+    let Some((_schema, pool, engine, _probe)) = postgres_app().await else {
+        return;
+    };
+    let mut tx = pool.begin().await.unwrap();
+    let accepted = engine.accept_in(&mut tx, paid("evt_1")).await.unwrap();
+    assert!(matches!(accepted, Accepted::New { .. }), "{accepted:?}");
+    let stock = || NewEvent::with_id("shop", "evt_1", "stock.changed", json!({ "sku": "A" }));
+    let copy = tokio::time::timeout(Duration::from_secs(10), engine.accept(stock()))
+        .await
+        .expect("the copy does not wait for the caller's transaction");
+    assert!(
+        matches!(copy, Err(StoreError::AcceptInProgress)),
+        "{copy:?}"
+    );
+    // Another event of the same debounce key is not held up.
+    let other = NewEvent::with_id("shop", "evt_2", "stock.changed", json!({ "sku": "A" }));
+    let other = tokio::time::timeout(Duration::from_secs(10), engine.accept(other))
+        .await
+        .expect("the debounce key's other accepts do not wait");
+    assert!(matches!(other, Ok(Accepted::New { .. })), "{other:?}");
+    tx.commit().await.unwrap();
+    assert_eq!(engine.accept(stock()).await.unwrap(), Accepted::Duplicate);
+}

@@ -14,7 +14,9 @@
 //! transaction-scoped advisory lock on each of its unique keys, exclusive
 //! ([`CALLER_LOCK`]), held until the caller commits or rolls back. Every
 //! other accept tries the same locks, shared and without waiting
-//! ([`TRY_SHARED`]), before its insert: a key whose lock is held by an open
+//! ([`TRY_SHARED`]), before its insert (the insert flushers' batches, and
+//! the accepts of matchable and debounced events, which run in transactions
+//! of their own): a key whose lock is held by an open
 //! caller's transaction is left out of the batch and answered
 //! [`StoreError::AcceptInProgress`] (transient: the accept retries it
 //! briefly in process, then the receiver answers 503 and the provider
@@ -42,7 +44,7 @@
 
 use sqlx::PgConnection;
 
-use crate::store::StoreError;
+use crate::store::{EventInsert, StoreError};
 
 /// The lock of one unique key (`$1` source, `$2` the key with its kind:
 /// `dedup:…` or `replay:…`), as a `bigint` for the advisory-lock functions.
@@ -122,6 +124,20 @@ pub(super) async fn try_shared<'e>(
         .fetch_all(conn)
         .await?;
     Ok(free.into_iter().map(|free| free == Some(true)).collect())
+}
+
+/// In an accept's own transaction of one event, before its insert: refuse
+/// it ([`StoreError::AcceptInProgress`]) if an open caller's transaction
+/// holds its keys, else hold them shared until this transaction ends.
+pub(super) async fn refuse_if_held(
+    conn: &mut PgConnection,
+    event: &EventInsert<'_>,
+) -> Result<(), StoreError> {
+    let keys = (event.source, event.dedup_key, event.replay_key);
+    if try_shared(conn, std::iter::once(keys)).await? != [true] {
+        return Err(StoreError::AcceptInProgress);
+    }
+    Ok(())
 }
 
 #[cfg(test)]

@@ -152,10 +152,7 @@ impl PostgresStore {
     ) -> Result<InsertOutcome, StoreError> {
         let mut tx = self.db.begin().await?;
         // Never wait for an open caller's transaction (`accept_lock.rs`).
-        let keys = (event.source, event.dedup_key, event.replay_key);
-        if accept_lock::try_shared(&mut tx, std::iter::once(keys)).await? != [true] {
-            return Err(StoreError::AcceptInProgress);
-        }
+        accept_lock::refuse_if_held(&mut tx, event).await?;
         let outcome = self.insert_one_on(&mut tx, event).await?;
         tx.commit().await?;
         Ok(outcome)
