@@ -46,8 +46,9 @@ use sqlx::PgConnection;
 
 use crate::store::{EventInsert, StoreError};
 
-/// The lock of one unique key (`$1` source, `$2` the key with its kind:
-/// `dedup:…` or `replay:…`), as a `bigint` for the advisory-lock functions.
+/// The lock of one unique key, as a `bigint` for the advisory-lock
+/// functions: `$source` and `$key` are SQL expressions for the event's
+/// source and for the key with its kind (`dedup:…` or `replay:…`).
 macro_rules! accept_key {
     ($source:literal, $key:literal) => {
         concat!(

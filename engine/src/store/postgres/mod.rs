@@ -314,7 +314,9 @@ const MAX_INSERT_BATCH: usize = 256;
 const INSERT_QUEUE: usize = 2 * MAX_INSERT_BATCH;
 
 /// Insert a batch of events in one statement, then undo those a tombstone
-/// refuses, in one transaction; each answer is New or Duplicate.
+/// refuses, in one transaction; each answer is New or Duplicate, or
+/// AcceptInProgress for an event whose key an open caller's transaction
+/// holds (left out of the insert: `accept_lock.rs`).
 fn insert_many(
     db: PoolExecutor,
     channel: String,
