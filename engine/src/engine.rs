@@ -81,6 +81,13 @@ impl Engine {
     /// must run at READ COMMITTED (the default). An event of a debounced
     /// handler is refused ([`StoreError::NotInCallerTransaction`]): accept
     /// it with [`accept`](Self::accept) after the commit.
+    ///
+    /// While the transaction is open, other accepts of the same event (a
+    /// live delivery of it) do not wait for it on PostgreSQL: they fail
+    /// with [`StoreError::AcceptInProgress`] (the receiver answers 503 and
+    /// the provider retries), and other events are recorded as usual. On
+    /// SQLite the transaction holds the file's only write lock: every
+    /// other write waits for it, up to `busy_timeout` (docs/existing_service.md).
     pub async fn accept_in<'c>(
         &self,
         conn: impl Into<AppConnection<'c>>,

@@ -6,7 +6,7 @@
 //! |---|---|
 //! | `POST /hooks/{source}` (the [path template](Receiver::path)) | 200 `{"status":"new"…}`, `"duplicate"` or `"ignored"` (no handler for the kind: recorded, nothing runs); a handshake's own JSON (Slack `url_verification`, nothing recorded) |
 //! | | 401 missing or wrong signature, timestamp out of tolerance; 400 malformed body, missing id or kind; 413 over the body limit; 408 body not sent within the body-read timeout; 404 unknown source; 405 another method |
-//! | | 503 with `Retry-After` when the store is unavailable, or too many deliveries are in flight or queued (`overloaded`); 500 on other store errors |
+//! | | 503 with `Retry-After` when the store is unavailable, or too many deliveries are in flight or queued (`overloaded`), or the same event is being recorded by an application's open transaction (`accept_in_progress`); 500 on other store errors |
 //! | `GET /healthz` ([standalone](Receiver::standalone_router) only) | 200 `{"status":"ok"}` |
 //! | any other path or method ([standalone](Receiver::standalone_router) only) | 404 `not_found`, 405 `method_not_allowed` |
 //!

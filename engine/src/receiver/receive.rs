@@ -227,6 +227,15 @@ fn store_rejection(error: StoreError) -> ReceiverRejection {
                 retry_after: OVERLOAD_RETRY_AFTER,
             }
         }
+        StoreError::AcceptInProgress => {
+            tracing::warn!(
+                "the event is being accepted in an application's transaction that is still \
+                 open; answering 503 so the provider retries once it ends"
+            );
+            ReceiverRejection::AcceptInProgress {
+                retry_after: RETRY_AFTER,
+            }
+        }
         error if error.is_transient() => {
             tracing::warn!(%error, "event store unavailable; answering 503 so the provider retries");
             ReceiverRejection::StoreUnavailable {

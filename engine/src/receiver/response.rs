@@ -178,6 +178,17 @@ pub enum ReceiverRejection {
         /// What `Retry-After` says.
         retry_after: Duration,
     },
+    /// The same event is being recorded right now by an application's
+    /// transaction that is still open (`Engine::accept_in`), so whether
+    /// this delivery is new is not known yet (503, with `Retry-After`): the
+    /// provider retries, and the retry is a duplicate once that transaction
+    /// commits, or recorded if it rolled back. Nothing is lost, and other
+    /// deliveries do not wait for it.
+    #[error("this event is being recorded by a transaction that is still open: retry later")]
+    AcceptInProgress {
+        /// What `Retry-After` says.
+        retry_after: Duration,
+    },
     /// The event store failed in a way a retry will not fix soon (500).
     #[error("internal error: the delivery was not recorded; the receiver's log has the details")]
     StoreFailed,
@@ -195,6 +206,7 @@ impl ReceiverRejection {
             ReceiverRejection::Overloaded { .. } => StatusCode::SERVICE_UNAVAILABLE,
             ReceiverRejection::Verification(rejection) => rejection.status(),
             ReceiverRejection::StoreUnavailable { .. } => StatusCode::SERVICE_UNAVAILABLE,
+            ReceiverRejection::AcceptInProgress { .. } => StatusCode::SERVICE_UNAVAILABLE,
             ReceiverRejection::StoreFailed => StatusCode::INTERNAL_SERVER_ERROR,
         }
     }
@@ -211,6 +223,7 @@ impl ReceiverRejection {
             ReceiverRejection::Overloaded { .. } => "overloaded",
             ReceiverRejection::Verification(rejection) => rejection.code(),
             ReceiverRejection::StoreUnavailable { .. } => "store_unavailable",
+            ReceiverRejection::AcceptInProgress { .. } => "accept_in_progress",
             ReceiverRejection::StoreFailed => "internal_error",
         }
     }
@@ -231,7 +244,8 @@ impl IntoResponse for ReceiverRejection {
         }));
         let mut response = (status, body).into_response();
         if let ReceiverRejection::StoreUnavailable { retry_after }
-        | ReceiverRejection::Overloaded { retry_after } = self
+        | ReceiverRejection::Overloaded { retry_after }
+        | ReceiverRejection::AcceptInProgress { retry_after } = self
         {
             let seconds = retry_after.as_secs().max(1);
             if let Ok(value) = HeaderValue::from_str(&seconds.to_string()) {
@@ -286,6 +300,13 @@ mod tests {
                 503,
                 "store_unavailable",
             ),
+            (
+                ReceiverRejection::AcceptInProgress {
+                    retry_after: Duration::from_secs(5),
+                },
+                503,
+                "accept_in_progress",
+            ),
             (ReceiverRejection::StoreFailed, 500, "internal_error"),
         ];
         for (rejection, status, code) in cases {
@@ -293,7 +314,9 @@ mod tests {
             assert_eq!(rejection.code(), code);
             let retry = matches!(
                 rejection,
-                ReceiverRejection::StoreUnavailable { .. } | ReceiverRejection::Overloaded { .. }
+                ReceiverRejection::StoreUnavailable { .. }
+                    | ReceiverRejection::Overloaded { .. }
+                    | ReceiverRejection::AcceptInProgress { .. }
             );
             let response = rejection.into_response();
             assert_eq!(response.status().as_u16(), status);

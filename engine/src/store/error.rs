@@ -40,6 +40,15 @@ pub enum StoreError {
     /// `overloaded` with `Retry-After`.
     #[error("too many writes are waiting for the database; retry in a moment")]
     Overloaded,
+    /// An event with the same key is being accepted in an application's
+    /// transaction that is still open (`Engine::accept_in`): whether this
+    /// one is new or a duplicate is known only when that transaction ends,
+    /// and waiting for it would hold up other accepts. Nothing was written.
+    /// Transient: retry later (the receiver answers 503 `accept_in_progress`
+    /// with `Retry-After`; once the other transaction commits, the retry is
+    /// a duplicate, and if it rolls back, the retry records the event).
+    #[error("an event with this key is being accepted in another transaction that is still open; retry once it ends")]
+    AcceptInProgress,
     /// The database answered with an error that retrying will not fix.
     #[error("database error: {0}")]
     Database(#[source] sqlx::Error),
@@ -84,7 +93,10 @@ impl StoreError {
     pub fn is_transient(&self) -> bool {
         matches!(
             self,
-            StoreError::Unavailable(_) | StoreError::Overloaded | StoreError::NoWritableHost(_)
+            StoreError::Unavailable(_)
+                | StoreError::Overloaded
+                | StoreError::NoWritableHost(_)
+                | StoreError::AcceptInProgress
         )
     }
 }

@@ -10,10 +10,16 @@
 //! transaction commits (and never, if it rolls back). A debounced event is
 //! refused: its accept decides the burst under a lock and reschedules the
 //! key's other events, which must not wait for the caller's commit.
+//!
+//! Before its insert, the accept holds its keys' advisory locks until the
+//! caller's transaction ends (`accept_lock.rs`): a live copy of the event
+//! delivered meanwhile is answered "retry later" at once, instead of
+//! waiting for the caller's commit in an insert flusher and stalling every
+//! other delivery queued behind it (issue 41).
 
 use sqlx::{Connection, PgConnection, Postgres, Transaction};
 
-use super::{isolation, PostgresStore};
+use super::{accept_lock, isolation, PostgresStore};
 use crate::store::{EventInsert, InsertOutcome, StoreError};
 
 /// The caller's transaction's level: the tombstone check (`isolation.rs`)
@@ -46,6 +52,16 @@ impl PostgresStore {
                  `pool.begin_with(\"BEGIN ISOLATION LEVEL READ COMMITTED\")`"
             )));
         }
+        // Held until the caller's transaction ends, so that a live copy of
+        // the event is told so at once instead of waiting for it
+        // (`accept_lock.rs`).
+        accept_lock::hold(
+            &mut savepoint,
+            event.source,
+            event.dedup_key,
+            event.replay_key,
+        )
+        .await?;
         let outcome = self.insert_one_on(&mut savepoint, event).await?;
         savepoint.commit().await?;
         Ok(outcome)

@@ -4,7 +4,7 @@
 
 use chrono::{DateTime, Utc};
 
-use super::{sql, PostgresStore};
+use super::{accept_lock, sql, PostgresStore};
 use crate::store::debounce::{coalesce, superseded_note, Waiting};
 use crate::store::{DebounceInsert, EventInsert, InsertOutcome, StoreError};
 
@@ -15,6 +15,10 @@ impl PostgresStore {
         debounce: &DebounceInsert<'_>,
     ) -> Result<InsertOutcome, StoreError> {
         let mut tx = self.db.begin().await?;
+        // Never wait for an open caller's transaction (`accept_lock.rs`):
+        // holding the debounce lock, that would hold up the key's other
+        // accepts too.
+        accept_lock::refuse_if_held(&mut tx, event).await?;
         // Accepts of one key take turns; claims never wait on this lock.
         sqlx::query(sql::DEBOUNCE_LOCK)
             .bind(debounce.key)

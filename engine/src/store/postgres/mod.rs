@@ -2,6 +2,7 @@
 //! database. Claims use `FOR UPDATE SKIP LOCKED`; wake-ups use `LISTEN/NOTIFY`.
 //! Times come from the database clock (`now()`), so machines' clocks may differ.
 
+mod accept_lock;
 mod admin;
 mod admin_sql;
 mod caller_transaction;
@@ -313,7 +314,9 @@ const MAX_INSERT_BATCH: usize = 256;
 const INSERT_QUEUE: usize = 2 * MAX_INSERT_BATCH;
 
 /// Insert a batch of events in one statement, then undo those a tombstone
-/// refuses, in one transaction; each answer is New or Duplicate.
+/// refuses, in one transaction; each answer is New or Duplicate, or
+/// AcceptInProgress for an event whose key an open caller's transaction
+/// holds (left out of the insert: `accept_lock.rs`).
 fn insert_many(
     db: PoolExecutor,
     channel: String,
@@ -328,9 +331,38 @@ fn insert_many(
                 (&events[a].source, &events[a].dedup_key)
                     .cmp(&(&events[b].source, &events[b].dedup_key))
             });
-            let rows: Vec<&OwnedEventInsert> = order.iter().map(|&i| &events[i]).collect();
+            let sorted: Vec<&OwnedEventInsert> = order.iter().map(|&i| &events[i]).collect();
             let result = async {
                 let mut tx = db.begin().await?;
+                // Keys held by an open caller's transaction wait for no one
+                // (`accept_lock.rs`): left out, answered AcceptInProgress.
+                let free = accept_lock::try_shared(
+                    &mut tx,
+                    sorted.iter().map(|e| {
+                        (
+                            e.source.as_str(),
+                            e.dedup_key.as_str(),
+                            e.replay_key.as_deref(),
+                        )
+                    }),
+                )
+                .await?;
+                let held: std::collections::HashSet<usize> = order
+                    .iter()
+                    .zip(&free)
+                    .filter(|(_, free)| !**free)
+                    .map(|(&i, _)| i)
+                    .collect();
+                let rows: Vec<&OwnedEventInsert> = sorted
+                    .iter()
+                    .zip(&free)
+                    .filter(|(_, free)| **free)
+                    .map(|(e, _)| *e)
+                    .collect();
+                if rows.is_empty() {
+                    tx.commit().await?;
+                    return Ok::<_, StoreError>((Vec::new(), held));
+                }
                 let mut inserted: Vec<(i64, String, String)> =
                     sqlx::query_as(sql::EVENT_INSERT_MANY)
                         .bind(rows.iter().map(|e| e.source.as_str()).collect::<Vec<_>>())
@@ -376,11 +408,11 @@ fn insert_many(
                 let refused = undo_tombstoned(&mut tx, inserted.iter().map(|(id, ..)| *id)).await?;
                 inserted.retain(|(id, ..)| !refused.contains(id));
                 tx.commit().await?;
-                Ok::<_, StoreError>(inserted)
+                Ok((inserted, held))
             }
             .await;
             match result {
-                Ok(inserted) => {
+                Ok((inserted, held)) => {
                     // A key inserted by this batch is New for its first
                     // occurrence; a repeat within the batch is a Duplicate.
                     let mut new: std::collections::HashMap<(&str, &str), i64> = inserted
@@ -389,7 +421,11 @@ fn insert_many(
                         .collect();
                     events
                         .iter()
-                        .map(|e| {
+                        .enumerate()
+                        .map(|(i, e)| {
+                            if held.contains(&i) {
+                                return Err(StoreError::AcceptInProgress);
+                            }
                             Ok(
                                 match new.remove(&(e.source.as_str(), e.dedup_key.as_str())) {
                                     Some(seq) => InsertOutcome::New(seq),

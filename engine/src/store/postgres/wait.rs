@@ -9,7 +9,7 @@
 
 use chrono::{DateTime, Utc};
 
-use super::{admin_sql, PostgresStore};
+use super::{accept_lock, admin_sql, PostgresStore};
 use crate::store::wait::{decide, WaitDecision};
 use crate::store::{EventInsert, InsertOutcome, StoreError, WaitSettled, WaitStep};
 
@@ -151,6 +151,8 @@ impl PostgresStore {
         event: &EventInsert<'_>,
     ) -> Result<InsertOutcome, StoreError> {
         let mut tx = self.db.begin().await?;
+        // Never wait for an open caller's transaction (`accept_lock.rs`).
+        accept_lock::refuse_if_held(&mut tx, event).await?;
         let outcome = self.insert_one_on(&mut tx, event).await?;
         tx.commit().await?;
         Ok(outcome)
