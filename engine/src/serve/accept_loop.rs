@@ -143,12 +143,17 @@ pub(crate) async fn serve(
                 request.extensions_mut().insert(ConnectInfo(peer));
                 request
             })
-            // Busy from the moment hyper hands the request over (its head is
-            // read) until the answer is produced: the connection table
-            // replaces idle connections first.
+            // Busy from hyper's first poll of the request's future until the
+            // answer is produced: the connection table replaces idle
+            // connections first. Not from the call: hyper reads (and calls
+            // the service for) the next pipelined request as soon as the
+            // previous answer is buffered, and polls it only once its
+            // buffer has room, so a client that never reads would look
+            // busy for ever.
             .map_future(move |answer| {
-                let in_flight = activity.request();
+                let activity = activity.clone();
                 async move {
+                    let in_flight = activity.request();
                     let answer = answer.await;
                     drop(in_flight);
                     answer

@@ -9,13 +9,15 @@
 //! 41). So at a cap the table closes a connection that is doing nothing for
 //! anyone, rather than the newcomer, and a few clients cannot hold the cap:
 //!
-//! - A connection is **busy** while a request of it is inside the service
-//!   (from its head to its answer: a body being read, a handler running),
-//!   and **idle** otherwise: not yet sent a complete head (a silent or
-//!   slowloris connection), between keep-alive requests, or with answers
-//!   produced but not yet taken by the client (a pipelining client that
-//!   never reads). An idle connection is closed at no cost but a new
-//!   handshake; a busy one would lose a request.
+//! - A connection is **busy** while the service works on a request of it
+//!   (from hyper's first poll of the request's future to its answer: a
+//!   body being read, a handler running), and **idle** otherwise: not yet
+//!   sent a complete head (a silent or slowloris connection), between
+//!   keep-alive requests, or with answers produced but not yet taken by the
+//!   client (a pipelining client that never reads: hyper does not poll its
+//!   next request until the answers before it are written). An idle
+//!   connection is closed at no cost but a new handshake; a busy one would
+//!   lose a request.
 //! - A client's **fair share** at the cap is `max_connections` divided by
 //!   the number of clients holding connections (the newcomer's included),
 //!   at least one; a client is *over* it when it holds more.
