@@ -301,10 +301,12 @@ mod tests {
     async fn a_connection_is_closed_at_its_max_age_busy_or_idle() {
         // No other limit can end these connections within the test: the
         // idle timer is an hour, the requests per connection unbounded.
-        let mut limits = Limits::default();
-        limits.max_connection_age = Duration::from_millis(300);
-        limits.header_read_timeout = Duration::from_secs(3600);
-        limits.max_requests_per_connection = usize::MAX;
+        let limits = Limits {
+            max_connection_age: Duration::from_millis(300),
+            header_read_timeout: Duration::from_secs(3600),
+            max_requests_per_connection: usize::MAX,
+            ..Limits::default()
+        };
         let (addr, stop) = ping_server(limits).await;
 
         // A client that never stops asking: served, then closed.

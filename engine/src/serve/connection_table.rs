@@ -68,26 +68,26 @@ use super::client_key::ClientKey;
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Refusal {
     /// Its client holds `max_connections_per_address`, each of them busy.
-    AddressShareBusy,
+    AddressShare,
     /// The listener holds `max_connections` and the newcomer's client at
     /// least its fair share of them, each of its own busy.
-    FairShareBusy,
+    FairShare,
     /// The listener holds `max_connections`, each of them busy, and no
     /// client holds more than its fair share.
-    AllBusy,
+    Full,
 }
 
 impl Refusal {
     /// A few words for the log.
     pub(crate) fn why(self) -> &'static str {
         match self {
-            Refusal::AddressShareBusy => {
+            Refusal::AddressShare => {
                 "this address holds its share of connections, each with a request in progress"
             }
-            Refusal::FairShareBusy => {
+            Refusal::FairShare => {
                 "at the cap this address holds its fair share, each with a request in progress"
             }
-            Refusal::AllBusy => "at the cap, every connection has a request in progress",
+            Refusal::Full => "at the cap, every connection has a request in progress",
         }
     }
 }
@@ -146,7 +146,7 @@ impl Table {
         let held = self.held(client);
         let own_idle = || self.longest(true, |entry| entry.client == client);
         if held >= max_per_client {
-            return own_idle().map_or(Choice::Refuse(Refusal::AddressShareBusy), Choice::Replace);
+            return own_idle().map_or(Choice::Refuse(Refusal::AddressShare), Choice::Replace);
         }
         if self.open.len() < max_connections {
             return Choice::Admit;
@@ -154,13 +154,13 @@ impl Table {
         let clients = self.per_client.len() + usize::from(held == 0);
         let fair_share = (max_connections / clients.max(1)).max(1);
         if held >= fair_share {
-            return own_idle().map_or(Choice::Refuse(Refusal::FairShareBusy), Choice::Replace);
+            return own_idle().map_or(Choice::Refuse(Refusal::FairShare), Choice::Replace);
         }
         let over_share = |entry: &Entry| self.held(entry.client) > fair_share;
         self.longest(true, over_share)
             .or_else(|| self.longest(true, |_| true))
             .or_else(|| self.longest(false, over_share))
-            .map_or(Choice::Refuse(Refusal::AllBusy), Choice::Replace)
+            .map_or(Choice::Refuse(Refusal::Full), Choice::Replace)
     }
 
     /// Among the idle (or busy) connections that `pick` takes, the one idle
@@ -406,11 +406,11 @@ mod tests {
         // But none of the four may take another's place: each holds its share.
         assert_eq!(
             table.choose(client(1), 16, 4),
-            Choice::Refuse(Refusal::AddressShareBusy)
+            Choice::Refuse(Refusal::AddressShare)
         );
         assert_eq!(
             table.choose(client(1), 16, 8),
-            Choice::Refuse(Refusal::FairShareBusy)
+            Choice::Refuse(Refusal::FairShare)
         );
     }
 
@@ -430,10 +430,7 @@ mod tests {
         for id in 0..8 {
             table.request_started(id, start + Duration::from_secs(70));
         }
-        assert_eq!(
-            table.choose(client(9), 8, 2),
-            Choice::Refuse(Refusal::AllBusy)
-        );
+        assert_eq!(table.choose(client(9), 8, 2), Choice::Refuse(Refusal::Full));
     }
 
     #[test]
@@ -446,7 +443,7 @@ mod tests {
         table.request_started(2, start + Duration::from_secs(10));
         assert_eq!(
             table.choose(client(1), 16, 2),
-            Choice::Refuse(Refusal::AddressShareBusy)
+            Choice::Refuse(Refusal::AddressShare)
         );
         // Behind a reverse proxy: one client, the share is the cap.
         let (table, _) = table_of(&[client(1); 4]);
