@@ -145,11 +145,9 @@ pub(crate) async fn serve(
             })
             // Busy from hyper's first poll of the request's future until the
             // answer is produced: the connection table replaces idle
-            // connections first. Not from the call: hyper reads (and calls
-            // the service for) the next pipelined request as soon as the
-            // previous answer is buffered, and polls it only once its
-            // buffer has room, so a client that never reads would look
-            // busy for ever.
+            // connections first. From the first poll, not the call: a
+            // request hyper holds unpolled (its answers before it not yet
+            // written) is not being worked on.
             .map_future(move |answer| {
                 let activity = activity.clone();
                 async move {
@@ -258,11 +256,21 @@ mod tests {
     /// wide, for a loaded 2-core machine.
     const PATIENCE: Duration = Duration::from_secs(30);
 
-    /// `GET /ping` served on a loopback port within `limits`.
-    async fn ping_server(limits: Limits) -> (std::net::SocketAddr, CancellationToken) {
+    /// `GET /ping` served on a loopback port within `limits`; `pings`
+    /// counts the answers.
+    async fn ping_server(
+        limits: Limits,
+        pings: Arc<AtomicUsize>,
+    ) -> (std::net::SocketAddr, CancellationToken) {
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
-        let router = Router::new().route("/ping", axum::routing::get(|| async { "pong" }));
+        let router = Router::new().route(
+            "/ping",
+            axum::routing::get(move || {
+                pings.fetch_add(1, Ordering::Relaxed);
+                async { "pong" }
+            }),
+        );
         let stop = CancellationToken::new();
         let stopped = stop.clone();
         tokio::spawn(serve(listener, router, limits, async move {
@@ -297,6 +305,79 @@ mod tests {
         }
     }
 
+    /// A connection to `server` from the loopback address `from`, with a
+    /// 4 KiB receive buffer.
+    async fn connect_from(from: [u8; 4], server: std::net::SocketAddr) -> TcpStream {
+        let socket = tokio::net::TcpSocket::new_v4().unwrap();
+        socket.set_recv_buffer_size(4096).unwrap();
+        socket
+            .bind((std::net::Ipv4Addr::from(from), 0).into())
+            .unwrap();
+        socket.connect(server).await.unwrap()
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_client_that_never_reads_its_answers_is_idle_and_makes_room() {
+        // One connection in all; only the connection table can free it.
+        let limits = Limits {
+            max_connections: 1,
+            write_timeout: Duration::from_secs(3600),
+            header_read_timeout: Duration::from_secs(3600),
+            max_requests_per_connection: usize::MAX,
+            ..Limits::default()
+        };
+        let pings = Arc::new(AtomicUsize::new(0));
+        let (addr, stop) = ping_server(limits, Arc::clone(&pings)).await;
+        // 60,000 pipelined requests through a 4 KiB receive buffer, never
+        // read: their answers back up, and hyper holds the next request
+        // unpolled until they are written.
+        let mut pipelining = connect_from([127, 0, 0, 2], addr).await;
+        let flood = tokio::spawn(async move {
+            let burst = b"GET /ping HTTP/1.1\r\nhost: x\r\n\r\n".repeat(60_000);
+            let _ = pipelining.write_all(&burst).await;
+            // Closed by the server (or all written): wait for the close.
+            let _ = pipelining
+                .write_all(b"GET /ping HTTP/1.1\r\nhost: x\r\n\r\n")
+                .await;
+            while pipelining.write_all(b"G").await.is_ok() {
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+        });
+        // While hyper works on its requests the connection is busy (idle
+        // only between an answer and the next request, for microseconds)
+        // and a newcomer is refused; once its answers back up it is idle,
+        // and a newcomer from another address takes its place. Newcomers
+        // come once the flood is under way, not while the connection is
+        // idle before its first request.
+        let started = tokio::time::Instant::now();
+        while pings.load(Ordering::Relaxed) < 1000 {
+            assert!(started.elapsed() < PATIENCE, "the flood is not served");
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        loop {
+            let mut newcomer = connect_from([127, 0, 0, 3], addr).await;
+            let _ = newcomer
+                .write_all(b"GET /ping HTTP/1.1\r\nhost: x\r\nconnection: close\r\n\r\n")
+                .await;
+            let mut answer = Vec::new();
+            let _ = newcomer.read_to_end(&mut answer).await;
+            if answer.starts_with(b"HTTP/1.1 200") {
+                break;
+            }
+            assert!(
+                started.elapsed() < PATIENCE,
+                "a newcomer still refused after {PATIENCE:?}: {}",
+                String::from_utf8_lossy(&answer)
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        tokio::time::timeout(PATIENCE, flood)
+            .await
+            .expect("the pipelining connection is closed to make room")
+            .unwrap();
+        stop.cancel();
+    }
+
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_connection_is_closed_at_its_max_age_busy_or_idle() {
         // No other limit can end these connections within the test: the
@@ -307,7 +388,7 @@ mod tests {
             max_requests_per_connection: usize::MAX,
             ..Limits::default()
         };
-        let (addr, stop) = ping_server(limits).await;
+        let (addr, stop) = ping_server(limits, Arc::default()).await;
 
         // A client that never stops asking: served, then closed.
         let mut busy = TcpStream::connect(addr).await.unwrap();
