@@ -406,4 +406,42 @@ mod tests {
         assert!(matches!(read, Ok(0) | Err(_)), "{read:?}");
         stop.cancel();
     }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_request_that_outlives_its_connections_age_is_cut_after_the_grace() {
+        // A handler that never answers, and no deadline of its own: only
+        // the end of the grace after max_connection_age closes it.
+        let limits = Limits {
+            max_connection_age: Duration::from_millis(300),
+            shutdown_timeout: Duration::from_millis(300),
+            header_read_timeout: Duration::from_secs(3600),
+            ..Limits::default()
+        };
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let router = Router::new().route(
+            "/hang",
+            axum::routing::get(|| std::future::pending::<&'static str>()),
+        );
+        let stop = CancellationToken::new();
+        let stopped = stop.clone();
+        tokio::spawn(serve(listener, router, limits, async move {
+            stopped.cancelled().await
+        }));
+        let mut stream = TcpStream::connect(addr).await.unwrap();
+        stream
+            .write_all(b"GET /hang HTTP/1.1\r\nhost: x\r\n\r\n")
+            .await
+            .unwrap();
+        let mut received = Vec::new();
+        let read = tokio::time::timeout(PATIENCE, stream.read_to_end(&mut received))
+            .await
+            .expect("the server closes a connection whose request outlives its age and grace");
+        assert!(
+            received.is_empty() || read.is_err(),
+            "no answer: {}",
+            String::from_utf8_lossy(&received)
+        );
+        stop.cancel();
+    }
 }
