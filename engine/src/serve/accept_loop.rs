@@ -421,7 +421,7 @@ mod tests {
         let addr = listener.local_addr().unwrap();
         let router = Router::new().route(
             "/hang",
-            axum::routing::get(|| std::future::pending::<&'static str>()),
+            axum::routing::get(std::future::pending::<&'static str>),
         );
         let stop = CancellationToken::new();
         let stopped = stop.clone();
