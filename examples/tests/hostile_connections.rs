@@ -26,10 +26,20 @@
 //! not run, so only the write deadline frees these connections: every one
 //! is closed by the server, providers from another address get their 200s,
 //! and SIGTERM stops the process while such connections are open.
+//!
+//! Clients that keep to every deadline and never read (issue 41), at the
+//! default limits: 640 connections from four addresses, each sending
+//! `GET /healthz` every 9 s (under the 10 s keep-alive timeout; the answers
+//! fit in the socket buffers, so no write deadline runs either) and opening
+//! another when the server closes one; and 640 from as many addresses,
+//! dripping requests, slowloris heads and slow bodies. Throughout, a signed
+//! delivery from another address is answered 200 within 2 s: at the cap,
+//! the server closes the connection idle the longest (of a client over its
+//! fair share first) to make room.
 
 #![cfg(target_os = "linux")]
 
-use std::net::SocketAddr;
+use std::net::{Ipv4Addr, SocketAddr};
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::time::{Duration, Instant};
@@ -217,6 +227,26 @@ async fn slow_body(addr: SocketAddr) {
     dribble(addr, head.into_bytes(), vec![b' '; 1024]).await;
 }
 
+/// A signed Stripe delivery of event `id`, as raw HTTP/1.1 (`connection:
+/// close`).
+fn signed_delivery(id: &str) -> String {
+    let body = serde_json::json!({
+        "id": id, "object": "event", "type": "customer.created",
+        "data": {"object": {"id": "cus_1"}}
+    })
+    .to_string();
+    let t = chrono::Utc::now().timestamp();
+    let mut mac = Hmac::<sha2::Sha256>::new_from_slice(SECRET.as_bytes()).unwrap();
+    mac.update(format!("{t}.{body}").as_bytes());
+    let signature = hex::encode(mac.finalize().into_bytes());
+    format!(
+        "POST /hooks/stripe HTTP/1.1\r\nhost: x\r\nconnection: close\r\n\
+         content-type: application/json\r\nstripe-signature: t={t},v1={signature}\r\n\
+         content-length: {}\r\n\r\n{body}",
+        body.len()
+    )
+}
+
 /// A signed Stripe delivery of event `id`, on a fresh connection: its
 /// status and `status` word.
 async fn deliver(addr: SocketAddr, id: &str) -> (u16, String) {
@@ -229,22 +259,7 @@ async fn deliver(addr: SocketAddr, id: &str) -> (u16, String) {
 /// server at its connection cap answers 503 and closes at once, before it
 /// reads the request: the client may see the 503, or a reset).
 async fn try_deliver(addr: SocketAddr, id: &str) -> std::io::Result<(u16, String)> {
-    let body = serde_json::json!({
-        "id": id, "object": "event", "type": "customer.created",
-        "data": {"object": {"id": "cus_1"}}
-    })
-    .to_string();
-    let t = chrono::Utc::now().timestamp();
-    let mut mac = Hmac::<sha2::Sha256>::new_from_slice(SECRET.as_bytes()).unwrap();
-    mac.update(format!("{t}.{body}").as_bytes());
-    let signature = hex::encode(mac.finalize().into_bytes());
-    let request = format!(
-        "POST /hooks/stripe HTTP/1.1\r\nhost: x\r\nconnection: close\r\n\
-         content-type: application/json\r\nstripe-signature: t={t},v1={signature}\r\n\
-         content-length: {}\r\n\r\n{body}",
-        body.len()
-    );
-    try_exchange(addr, request.as_bytes()).await
+    try_exchange(addr, signed_delivery(id).as_bytes()).await
 }
 
 /// `GET /healthz` on a fresh connection.
@@ -263,7 +278,13 @@ async fn exchange(addr: SocketAddr, request: &[u8]) -> (u16, String) {
 
 /// [`exchange`], with the connection's failure as an error.
 async fn try_exchange(addr: SocketAddr, request: &[u8]) -> std::io::Result<(u16, String)> {
-    let mut stream = TcpStream::connect(addr).await?;
+    let stream = TcpStream::connect(addr).await?;
+    exchange_on(stream, request).await
+}
+
+/// Send `request` on `stream`, read the answer to the end: its status and
+/// `status` word.
+async fn exchange_on(mut stream: TcpStream, request: &[u8]) -> std::io::Result<(u16, String)> {
     stream.write_all(request).await?;
     let mut received = Vec::new();
     stream.read_to_end(&mut received).await?;
@@ -617,4 +638,217 @@ async fn sigterm_stops_the_process_while_pipelining_clients_hold_connections() {
          {stopped_after:.1?} (shutdown deadline {:?})",
         defaults.shutdown_timeout
     );
+}
+
+/// A connection to `server` from the loopback address `from`.
+async fn connect_from(from: Ipv4Addr, server: SocketAddr) -> std::io::Result<TcpStream> {
+    let socket = tokio::net::TcpSocket::new_v4()?;
+    socket.bind(SocketAddr::from((from, 0)))?;
+    socket.connect(server).await
+}
+
+/// What a client that keeps to every deadline does on its connection,
+/// never reading a byte of the answers.
+#[derive(Debug, Clone, Copy)]
+enum Drip {
+    /// `GET /healthz` every [`DRIP_PERIOD`].
+    Requests,
+    /// A request head, a byte every 2 s (closed at the header-read timeout).
+    SlowHead,
+    /// A delivery's head, then its 1 MiB body a KiB every 2 s (408 at the
+    /// body-read timeout).
+    SlowBody,
+}
+
+/// The issue's period: under the default header-read (keep-alive) timeout
+/// of 10 s, so that the idle timer never fires.
+const DRIP_PERIOD: Duration = Duration::from_secs(9);
+
+/// How long the attack lasts once it holds every connection: long enough
+/// for every dripping connection to send three requests.
+const DRIP_ATTACK_FOR: Duration = Duration::from_secs(24);
+
+/// How soon a provider must be answered 200 throughout the attack (the
+/// issue's bar; a delivery on loopback takes milliseconds).
+const DELIVERY_WITHIN: Duration = Duration::from_secs(2);
+
+/// Play `drip` on `stream` until a write fails (the server closed it).
+async fn drip_on(mut stream: TcpStream, drip: Drip) {
+    let (first, piece, every): (Vec<u8>, &[u8], Duration) = match drip {
+        Drip::Requests => (
+            b"GET /healthz HTTP/1.1\r\nhost: x\r\n\r\n".to_vec(),
+            b"GET /healthz HTTP/1.1\r\nhost: x\r\n\r\n",
+            DRIP_PERIOD,
+        ),
+        Drip::SlowHead => (b"G".to_vec(), b"E", Duration::from_secs(2)),
+        Drip::SlowBody => {
+            let head = format!(
+                "POST /hooks/stripe HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\n\
+                 stripe-signature: t={},v1={}\r\ncontent-length: {}\r\n\r\n",
+                chrono::Utc::now().timestamp(),
+                "0".repeat(64),
+                1024 * 1024
+            );
+            (head.into_bytes(), &[b' '; 1024], Duration::from_secs(2))
+        }
+    };
+    if stream.write_all(&first).await.is_err() {
+        return;
+    }
+    loop {
+        tokio::time::sleep(every).await;
+        if stream.write_all(piece).await.is_err() {
+            return;
+        }
+    }
+}
+
+/// One attacking client: a connection from `from` that plays `drip`, and
+/// another as soon as the server has closed it, without end (the test
+/// aborts it).
+async fn drip_attacker(server: SocketAddr, from: Ipv4Addr, drip: Drip) {
+    loop {
+        match connect_from(from, server).await {
+            Ok(stream) => drip_on(stream, drip).await,
+            // The accept queue is full: a client tries again.
+            Err(_) => tokio::time::sleep(Duration::from_millis(100)).await,
+        }
+    }
+}
+
+/// How many sockets the process holds open (its listener among them).
+fn open_sockets(pid: u32) -> usize {
+    std::fs::read_dir(format!("/proc/{pid}/fd"))
+        .map(|entries| {
+            entries
+                .filter_map(|entry| std::fs::read_link(entry.ok()?.path()).ok())
+                .filter(|target| target.to_string_lossy().starts_with("socket:"))
+                .count()
+        })
+        .unwrap_or(0)
+}
+
+/// Once `attack` holds every connection the server takes, deliver a signed
+/// event from `from` every 1.5 s for [`DRIP_ATTACK_FOR`]: each must be
+/// answered 200 within [`DELIVERY_WITHIN`]. Prints what it saw.
+async fn providers_get_through(app: &App, from: Ipv4Addr, attack: &str) {
+    let pid = app.child.id().expect("running");
+    let cap = tickmark::serve::Limits::default().max_connections;
+    tickmark_tests::wait::until(
+        "the attack to hold every connection",
+        Duration::from_secs(60),
+        || async { open_sockets(pid) > cap },
+    )
+    .await;
+    let started = Instant::now();
+    let mut latencies = Vec::new();
+    let mut sockets = Vec::new();
+    let mut i = 0;
+    while started.elapsed() < DRIP_ATTACK_FOR {
+        sockets.push(open_sockets(pid));
+        let id = format!("evt_{attack}_{i}");
+        let sent = Instant::now();
+        let answer = tokio::time::timeout(DELIVERY_WITHIN, async {
+            exchange_on(
+                connect_from(from, app.addr).await?,
+                signed_delivery(&id).as_bytes(),
+            )
+            .await
+        })
+        .await;
+        let took = sent.elapsed();
+        assert!(
+            matches!(&answer, Ok(Ok((200, word))) if word == "new"),
+            "delivery {i}, {:.1?} into the attack ({attack}), got {answer:?} after {took:.1?} \
+             (the server held {} sockets); log:\n{}",
+            started.elapsed(),
+            sockets.last().copied().unwrap_or_default(),
+            std::fs::read_to_string(&app.log).unwrap_or_default()
+        );
+        latencies.push(took);
+        i += 1;
+        tokio::time::sleep(Duration::from_millis(1500)).await;
+    }
+    latencies.sort();
+    sockets.sort();
+    eprintln!(
+        "{attack}: {i} deliveries from {from} answered 200 over {:.1?} of attack: p50 {:.1?}, \
+         max {:.1?}; the server held {}..{} sockets, {} at the median (cap {cap} \
+         connections)",
+        started.elapsed(),
+        quantile(&latencies, 0.5),
+        latencies.last().copied().unwrap_or_default(),
+        sockets.first().copied().unwrap_or_default(),
+        sockets.last().copied().unwrap_or_default(),
+        sockets.get(sockets.len() / 2).copied().unwrap_or_default(),
+    );
+}
+
+/// Start `attackers` (address, drip) in waves (see the first test).
+async fn start_drip_attack(
+    server: SocketAddr,
+    attackers: impl IntoIterator<Item = (Ipv4Addr, Drip)>,
+) -> tokio::task::JoinSet<()> {
+    let mut attack = tokio::task::JoinSet::new();
+    for (i, (from, drip)) in attackers.into_iter().enumerate() {
+        attack.spawn(drip_attacker(server, from, drip));
+        if i % 100 == 99 {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+    attack
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn clients_that_keep_to_every_deadline_from_four_addresses_do_not_lock_providers_out() {
+    // 640 connections here, 512 in the child.
+    assert!(
+        open_file_limit() >= 1500,
+        "this test needs `ulimit -n` of 1,500 at least, for 640 connections and 512 accepted"
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let app = App::start_with(dir.path(), &[]).await; // the defaults users run
+    let defaults = tickmark::serve::Limits::default();
+    assert!(DRIP_PERIOD < defaults.header_read_timeout);
+    // Each address 160 clients: more than its share of 128, so that the
+    // attack keeps the cap full however many connections the server closes.
+    let attackers = (0..160).flat_map(|_| {
+        PIPELINING_ADDRESSES
+            .into_iter()
+            .map(|address| (Ipv4Addr::from(address), Drip::Requests))
+    });
+    let attack = start_drip_attack(app.addr, attackers).await;
+    providers_get_through(&app, Ipv4Addr::new(127, 0, 0, 6), "drip from 4 addresses").await;
+    drop(attack);
+    let status = app.terminate().await;
+    assert!(status.success(), "payments exits cleanly: {status}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn slow_clients_from_many_addresses_do_not_lock_providers_out() {
+    assert!(
+        open_file_limit() >= 1600,
+        "this test needs `ulimit -n` of 1,600 at least, for 1,000 connections and 512 accepted"
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let app = App::start_with(dir.path(), &[]).await;
+    // 1,000 addresses (127.1.0.1 …), one client each: no one holds more
+    // than its share, and twice the cap, so that the cap stays full while
+    // the slowloris heads are closed and reopened. Half drip requests, 3 in
+    // 8 send a slowloris head, 1 in 8 a slow body (125: under the default
+    // 256 deliveries in flight, a cap of its own).
+    let attackers = (0..1000u32).map(|i| {
+        let from = Ipv4Addr::new(127, 1, (i / 250) as u8, (i % 250 + 1) as u8);
+        let drip = match i % 8 {
+            0..4 => Drip::Requests,
+            4..7 => Drip::SlowHead,
+            _ => Drip::SlowBody,
+        };
+        (from, drip)
+    });
+    let attack = start_drip_attack(app.addr, attackers).await;
+    providers_get_through(&app, Ipv4Addr::new(127, 0, 0, 6), "many addresses").await;
+    drop(attack);
+    let status = app.terminate().await;
+    assert!(status.success(), "payments exits cleanly: {status}");
 }

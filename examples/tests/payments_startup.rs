@@ -22,6 +22,7 @@ fn help_lists_the_limit_flags() {
         "--header-read-timeout <SECS>",
         "--body-read-timeout <SECS>",
         "--max-connections <N>",
+        "--max-connection-age <SECS>",
         "--max-in-flight <N>",
         "--body-limit <BYTES>",
     ] {

@@ -5,9 +5,11 @@
 //! - a connection that sends nothing, or its head a byte at a time, is
 //!   closed after the header-read timeout; a body still arriving at the
 //!   body-read timeout gets 408 and the connection is closed;
-//! - a connection beyond `max_connections` is answered 503 and closed at
-//!   once; a delivery beyond `max_in_flight` gets 503 `overloaded` with
-//!   `Retry-After` at once, while `/healthz` answers;
+//! - at `max_connections` a newcomer takes the place of the connection idle
+//!   the longest, which is closed; with every connection busy (a request in
+//!   the service) it is answered 503 and closed at once; a delivery beyond
+//!   `max_in_flight` gets 503 `overloaded` with `Retry-After` at once, while
+//!   `/healthz` answers;
 //! - an unsigned body is refused before it is sent (the answer arrives while
 //!   the client still holds the body back); a 2 MiB body gets its 413 every
 //!   time, with or without a Content-Length, even from a client that writes
@@ -15,7 +17,8 @@
 //! - a full accept queue answers 503 `overloaded` with `Retry-After`, and
 //!   writes nothing for those deliveries;
 //! - one client address cannot hold more than its share of the
-//!   connections: beyond it, 503 and close, while another address is served;
+//!   connections: beyond it, with its own connections busy, 503 and close,
+//!   while another address is served;
 //! - the operations port (dashboard, `/metrics`), served with the same
 //!   `tickmark::serve` and limits, closes a slowloris and answers a
 //!   one-byte-a-second `POST /login` with 408, while the receiver answers;
@@ -354,17 +357,28 @@ async fn a_slow_body_gets_408_and_is_closed(backend: Backend) {
     served.shutdown().await;
 }
 
-/// Beyond `max_connections`, a connection is answered 503 and closed at
-/// once; when one closes, a new one is served again.
+/// At `max_connections` with every connection busy (a delivery's body being
+/// read), a connection is answered 503 and closed at once; when one closes,
+/// a new one is served again.
 async fn connections_beyond_the_cap_are_refused_at_once(backend: Backend) {
-    let Some(served) = Served::start(backend, limits(|l| l.max_connections = 4), None).await else {
+    let Some(served) = Served::start(
+        backend,
+        limits(|l| {
+            l.max_connections = 4;
+            l.body_read_timeout = HELD_BODY_FOR;
+        }),
+        None,
+    )
+    .await
+    else {
         return;
     };
     let mut held = Vec::new();
     for _ in 0..4 {
-        held.push(TcpStream::connect(served.addr).await.unwrap());
+        held.push(busy_connection([127, 0, 0, 1], served.addr).await);
     }
-    // The accept loop takes connections in order: these four hold the cap.
+    // These four hold the cap, each with a request in the service: none
+    // can make room.
     let mut extra = TcpStream::connect(served.addr).await.unwrap();
     let answer = parse_answer(&read_until_closed(&mut extra).await);
     assert_eq!(answer.status, 503, "{answer:?}");
@@ -378,6 +392,72 @@ async fn connections_beyond_the_cap_are_refused_at_once(backend: Backend) {
     .await;
     drop(held);
     served.shutdown().await;
+}
+
+/// At `max_connections` with every connection idle, a newcomer is served:
+/// the connection idle the longest (the first one, which never sent
+/// anything) is closed to make room, the others are still served.
+async fn at_the_cap_the_connection_idle_longest_makes_room(backend: Backend) {
+    let Some(served) = Served::start(backend, limits(|l| l.max_connections = 4), None).await else {
+        return;
+    };
+    let mut held = Vec::new();
+    for _ in 0..4 {
+        held.push(connect_from([127, 0, 0, 2], served.addr).await);
+    }
+    // The accept loop takes connections in order: the first is idle the
+    // longest.
+    let mut newcomer = connect_from([127, 0, 0, 3], served.addr).await;
+    newcomer
+        .write_all(b"GET /healthz HTTP/1.1\r\nhost: x\r\nconnection: close\r\n\r\n")
+        .await
+        .unwrap();
+    assert_eq!(
+        parse_answer(&read_until_closed(&mut newcomer).await).status,
+        200
+    );
+    assert!(
+        read_until_closed(&mut held[0]).await.is_empty(),
+        "the replaced connection is closed without an answer"
+    );
+    for stream in &mut held[1..] {
+        stream
+            .write_all(b"GET /healthz HTTP/1.1\r\nhost: x\r\nconnection: close\r\n\r\n")
+            .await
+            .unwrap();
+        assert_eq!(parse_answer(&read_until_closed(stream).await).status, 200);
+    }
+    served.shutdown().await;
+}
+
+/// How long a held delivery's body may take: longer than any test here.
+const HELD_BODY_FOR: Duration = Duration::from_secs(300);
+
+/// A connection from `from` whose delivery is inside the service: its head
+/// sent with `expect: 100-continue`, its body held back. Returns once the
+/// server asked for the body (`100 Continue`, sent when the handler starts
+/// reading it), so the connection is busy, not idle.
+async fn busy_connection(from: [u8; 4], to: SocketAddr) -> TcpStream {
+    let mut stream = connect_from(from, to).await;
+    let head = format!(
+        "POST /hooks/stripe HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\n\
+         stripe-signature: t={},v1={}\r\nexpect: 100-continue\r\ncontent-length: 100\r\n\r\n",
+        now(),
+        "0".repeat(64)
+    );
+    stream.write_all(head.as_bytes()).await.unwrap();
+    let mut received = Vec::new();
+    let mut buffer = [0u8; 256];
+    tokio::time::timeout(PATIENCE, async {
+        while !String::from_utf8_lossy(&received).contains("100 Continue") {
+            let n = stream.read(&mut buffer).await.unwrap();
+            assert!(n > 0, "closed before 100 Continue: {received:?}");
+            received.extend_from_slice(&buffer[..n]);
+        }
+    })
+    .await
+    .expect("the server asks for the body");
+    stream
 }
 
 /// Beyond `max_in_flight`, a delivery gets 503 `overloaded` with
@@ -730,15 +810,17 @@ async fn connect_from(local: [u8; 4], to: SocketAddr) -> TcpStream {
     socket.connect(to).await.unwrap()
 }
 
-/// One client address holds at most `max_connections_per_address`: the
-/// next connection from it is answered 503 and closed at once, while one
-/// from another address is served; a freed place is taken again.
+/// One client address holds at most `max_connections_per_address`: with
+/// those busy, the next connection from it is answered 503 and closed at
+/// once, while one from another address is served; a freed place is taken
+/// again.
 async fn one_address_cannot_hold_every_connection(backend: Backend) {
     let Some(served) = Served::start(
         backend,
         limits(|l| {
             l.max_connections = 16;
             l.max_connections_per_address = 2;
+            l.body_read_timeout = HELD_BODY_FOR;
         }),
         None,
     )
@@ -747,10 +829,10 @@ async fn one_address_cannot_hold_every_connection(backend: Backend) {
         return;
     };
     let mut held = vec![
-        connect_from([127, 0, 0, 1], served.addr).await,
-        connect_from([127, 0, 0, 1], served.addr).await,
+        busy_connection([127, 0, 0, 1], served.addr).await,
+        busy_connection([127, 0, 0, 1], served.addr).await,
     ];
-    // The accept loop takes connections in order: these two hold the share.
+    // These two hold the share, each with a request in the service.
     let mut extra = connect_from([127, 0, 0, 1], served.addr).await;
     let answer = parse_answer(&read_until_closed(&mut extra).await);
     assert_eq!(answer.status, 503, "{answer:?}");
@@ -925,6 +1007,7 @@ macro_rules! cases {
             silent_and_slow_header_connections_are_closed,
             a_slow_body_gets_408_and_is_closed,
             connections_beyond_the_cap_are_refused_at_once,
+            at_the_cap_the_connection_idle_longest_makes_room,
             deliveries_beyond_the_in_flight_cap_get_503,
             an_unsigned_body_is_refused_before_it_is_read,
             a_two_mebibyte_body_gets_its_413_every_time,

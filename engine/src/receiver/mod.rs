@@ -105,8 +105,8 @@ use axum::Router;
 /// ([`crate::serve`]); they are the receiver's too.
 pub use crate::serve::{
     Limits, DEFAULT_ACCEPT_BACKLOG, DEFAULT_BODY_READ_TIMEOUT, DEFAULT_HEADER_READ_TIMEOUT,
-    DEFAULT_MAX_CONNECTIONS, DEFAULT_MAX_CONNECTIONS_PER_ADDRESS, DEFAULT_MAX_IN_FLIGHT,
-    OVERLOAD_RETRY_AFTER,
+    DEFAULT_MAX_CONNECTIONS, DEFAULT_MAX_CONNECTIONS_PER_ADDRESS, DEFAULT_MAX_CONNECTION_AGE,
+    DEFAULT_MAX_IN_FLIGHT, OVERLOAD_RETRY_AFTER,
 };
 pub use body_limit::DEFAULT_BODY_LIMIT;
 pub use config_error::ReceiverConfigError;
@@ -338,8 +338,8 @@ impl Receiver {
 
     /// Serve [`Receiver::standalone_router`] on `listener` with all the [`Limits`]
     /// ([`crate::serve::serve`], as every listener tickmark serves):
-    /// connections beyond `max_connections`, or beyond
-    /// `max_connections_per_address` from one client, are refused at once, a
+    /// at `max_connections`, or `max_connections_per_address` from one
+    /// client, a newcomer replaces an idle connection or is refused at once, a
     /// connection that does not send a complete request head within
     /// `header_read_timeout` (or stays idle that long between requests) is
     /// closed. When `shutdown` completes, stop accepting, let the requests in

@@ -10,8 +10,13 @@
 //! cut off after seconds, not minutes, and the number of connections (in
 //! all, and from one address) and of deliveries being handled at once is
 //! capped, so that many such clients cannot lock the providers out or grow
-//! the process without bound. Beyond a cap the server refuses at once (a
-//! closed connection, or 503 with `Retry-After`), it never queues.
+//! the process without bound. At the connection caps a newcomer takes the
+//! place of a connection that is doing nothing (idle the longest, from the
+//! client holding the most; see `connection_table.rs`), and a connection
+//! lives at most [`Limits::max_connection_age`], so that clients that keep
+//! to every deadline cannot hold the caps either. Where no place can be made
+//! the server refuses at once (a closed connection, or 503 with
+//! `Retry-After`), it never queues.
 
 use std::time::Duration;
 
@@ -43,10 +48,24 @@ pub const DEFAULT_MAX_CONNECTIONS: usize = 512;
 
 /// The default [`Limits::max_connections_per_address`]: 128, a quarter of
 /// [`DEFAULT_MAX_CONNECTIONS`], so that one client cannot take every
-/// connection. Behind a reverse proxy every connection comes from the
+/// connection (and at the total cap, a client holding more than its fair
+/// share gives up its idle connections first, so four clients cannot hold
+/// the cap either). Behind a reverse proxy every connection comes from the
 /// proxy's address: raise it to `max_connections` there (the proxy then
-/// enforces its own per-client limits).
+/// enforces its own per-client limits; at its share, the proxy's idle
+/// keep-alive connections make room for its new ones).
 pub const DEFAULT_MAX_CONNECTIONS_PER_ADDRESS: usize = 128;
+
+/// The default [`Limits::max_connection_age`]: 5 minutes. A client that
+/// keeps to every deadline (a request every 9 s, its answers left unread
+/// in socket buffers that hold them all) would otherwise keep its
+/// connection for hours (1,000 requests at 9 s); 5 minutes returns every
+/// connection to the table often, and costs a provider that keeps a
+/// connection busy one new handshake per 5 minutes (HTTP clients reopen a
+/// connection closed after an answer without failing a request). Load
+/// balancers bound connections the same way (Envoy's
+/// `max_connection_duration`, gRPC's `MAX_CONNECTION_AGE`).
+pub const DEFAULT_MAX_CONNECTION_AGE: Duration = Duration::from_secs(5 * 60);
 
 /// The default [`Limits::accept_backlog`]: 1,024 connections the kernel may
 /// hold completed but not yet accepted (what `tokio::net::TcpListener::bind`
@@ -72,6 +91,7 @@ pub const OVERLOAD_RETRY_AFTER: Duration = Duration::from_secs(1);
 /// let mut limits = Limits::default();
 /// limits.max_connections = 2_000; // after `ulimit -n 8192`
 /// limits.max_connections_per_address = 2_000; // behind a reverse proxy
+/// limits.max_connection_age = Duration::from_secs(60);
 /// limits.body_read_timeout = Duration::from_secs(5);
 /// # let _ = limits;
 /// ```
@@ -113,17 +133,32 @@ pub struct Limits {
     /// still open then are closed, so a stop never waits on a client.
     /// Applies to [`serve`](super::serve).
     pub shutdown_timeout: Duration,
-    /// Most connections open at once. A connection accepted beyond it is
-    /// answered `503` with `Retry-After` (best effort) and closed at once,
-    /// before anything is read. Keep it below the process's open-file limit
-    /// (`ulimit -n`). Applies to [`serve`](super::serve).
+    /// Most connections open at once. A connection accepted at the cap
+    /// takes the place of one that is *idle* (no request of it in the
+    /// service: not yet sent a complete head, between requests, or its
+    /// answers unread), which is closed: the one idle the longest of a
+    /// client holding more than its fair share (the cap divided by the
+    /// clients holding connections), else of anyone; else the one busy the
+    /// longest of a client over its fair share. A newcomer whose client
+    /// already holds its fair share may only replace its own idle
+    /// connection. With no place to make, the newcomer is answered `503`
+    /// with `Retry-After` (best effort) and closed at once, before anything
+    /// is read. Keep it below the process's open-file limit (`ulimit -n`).
+    /// Applies to [`serve`](super::serve).
     pub max_connections: usize,
     /// Most connections open at once from one client address (an IPv4
     /// address, or an IPv6 /64: one host's share of addresses). A connection
-    /// beyond it is refused as one beyond `max_connections` is. Applies to
-    /// [`serve`](super::serve); see [`DEFAULT_MAX_CONNECTIONS_PER_ADDRESS`]
-    /// for reverse proxies.
+    /// beyond it takes the place of that client's own connection idle the
+    /// longest, or, with none idle, is refused as at `max_connections`.
+    /// Applies to [`serve`](super::serve); see
+    /// [`DEFAULT_MAX_CONNECTIONS_PER_ADDRESS`] for reverse proxies.
     pub max_connections_per_address: usize,
+    /// Longest a connection stays open: then it is closed gracefully (the
+    /// request in progress is answered with `Connection: close`, an idle
+    /// connection is closed at once), and closed outright if it has not
+    /// finished [`Limits::shutdown_timeout`] later. Applies to
+    /// [`serve`](super::serve); see [`DEFAULT_MAX_CONNECTION_AGE`].
+    pub max_connection_age: Duration,
     /// How many connections the kernel may queue, handshake done, before
     /// they are accepted (the `listen(2)` backlog). Connections beyond it
     /// wait in SYN retries or are refused by the kernel. Applies to
@@ -147,6 +182,7 @@ impl Default for Limits {
             shutdown_timeout: DEFAULT_SHUTDOWN_TIMEOUT,
             max_connections: DEFAULT_MAX_CONNECTIONS,
             max_connections_per_address: DEFAULT_MAX_CONNECTIONS_PER_ADDRESS,
+            max_connection_age: DEFAULT_MAX_CONNECTION_AGE,
             accept_backlog: DEFAULT_ACCEPT_BACKLOG,
             max_in_flight: DEFAULT_MAX_IN_FLIGHT,
         }
@@ -168,6 +204,7 @@ impl Limits {
             shutdown_timeout: self.shutdown_timeout,
             max_connections: self.max_connections.max(1),
             max_connections_per_address: self.max_connections_per_address.max(1),
+            max_connection_age: at_least(self.max_connection_age),
             accept_backlog: self.accept_backlog.max(1),
             max_in_flight: self.max_in_flight.max(1),
         }
@@ -188,6 +225,7 @@ mod tests {
             shutdown_timeout: Duration::ZERO,
             max_connections: 0,
             max_connections_per_address: 0,
+            max_connection_age: Duration::ZERO,
             accept_backlog: 0,
             max_in_flight: 0,
         }
@@ -200,6 +238,7 @@ mod tests {
         assert!(zero.header_read_timeout > Duration::ZERO);
         assert!(zero.body_read_timeout > Duration::ZERO);
         assert!(zero.write_timeout > Duration::ZERO);
+        assert!(zero.max_connection_age > Duration::ZERO);
         assert_eq!(zero.max_requests_per_connection, 1);
         assert_eq!(Limits::default().sanitised(), Limits::default());
     }

@@ -9,8 +9,9 @@
 //! | [`Limits::write_timeout`] | a client that pipelines requests and never reads the answers |
 //! | [`Limits::max_requests_per_connection`] | one connection made to answer requests without end |
 //! | [`Limits::shutdown_timeout`] | a stop that waits on a client: what is open at the deadline is closed |
-//! | [`Limits::max_connections`] | more connections than the process has file descriptors for: 503 and close, at once |
-//! | [`Limits::max_connections_per_address`] | one client holding every connection: 503 and close, at once |
+//! | [`Limits::max_connections`] | more connections than the process has file descriptors for, and a few clients holding them all: at the cap a newcomer takes the place of the connection idle the longest (of a client over its fair share first), which is closed; 503 and close, at once, only when every connection has a request in progress and no client holds more than its share |
+//! | [`Limits::max_connections_per_address`] | one client holding every connection: beyond it, the client's own connection idle the longest makes room, else 503 and close, at once |
+//! | [`Limits::max_connection_age`] | a client that keeps to every deadline (a request every 9 s, its answers never read) holding its connection for hours: closed gracefully at this age |
 //! | [`Limits::accept_backlog`] ([`bind`]) | the kernel's queue of connections not yet accepted |
 //!
 //! Requests served here carry the client's address as axum's
@@ -49,7 +50,9 @@
 )]
 
 mod accept_loop;
-mod address_share;
+mod client_key;
+mod connection_life;
+mod connection_table;
 mod limits;
 mod write_deadline;
 
@@ -62,9 +65,9 @@ use tokio::net::{TcpListener, TcpSocket};
 
 pub use limits::{
     Limits, DEFAULT_ACCEPT_BACKLOG, DEFAULT_BODY_READ_TIMEOUT, DEFAULT_HEADER_READ_TIMEOUT,
-    DEFAULT_MAX_CONNECTIONS, DEFAULT_MAX_CONNECTIONS_PER_ADDRESS, DEFAULT_MAX_IN_FLIGHT,
-    DEFAULT_MAX_REQUESTS_PER_CONNECTION, DEFAULT_SHUTDOWN_TIMEOUT, DEFAULT_WRITE_TIMEOUT,
-    OVERLOAD_RETRY_AFTER,
+    DEFAULT_MAX_CONNECTIONS, DEFAULT_MAX_CONNECTIONS_PER_ADDRESS, DEFAULT_MAX_CONNECTION_AGE,
+    DEFAULT_MAX_IN_FLIGHT, DEFAULT_MAX_REQUESTS_PER_CONNECTION, DEFAULT_SHUTDOWN_TIMEOUT,
+    DEFAULT_WRITE_TIMEOUT, OVERLOAD_RETRY_AFTER,
 };
 
 /// Serve `router` on `listener` within `limits` until `shutdown` completes;
@@ -73,9 +76,11 @@ pub use limits::{
 /// close the rest, and return. Every route's body must arrive within
 /// [`Limits::body_read_timeout`]; a connection's head within
 /// [`Limits::header_read_timeout`]; its answers must be taken within
-/// [`Limits::write_timeout`]; connections beyond
-/// [`Limits::max_connections`] or [`Limits::max_connections_per_address`]
-/// get a canned 503 and are closed before anything is read.
+/// [`Limits::write_timeout`]; a connection lives at most
+/// [`Limits::max_connection_age`]. At [`Limits::max_connections`] or
+/// [`Limits::max_connections_per_address`] a newcomer takes the place of
+/// an idle connection (see those fields), or, with none to take, gets a
+/// canned 503 and is closed before anything is read.
 pub async fn serve(
     listener: TcpListener,
     router: Router,

@@ -7,7 +7,8 @@
 //!     [--dashboard-listen ADDR --dashboard-token TOKEN [--metrics-public]] \
 //!     [--header-read-timeout SECS] [--body-read-timeout SECS] [--write-timeout SECS] \
 //!     [--max-requests-per-connection N] \
-//!     [--max-connections N] [--max-connections-per-address N] [--max-in-flight N] \
+//!     [--max-connections N] [--max-connections-per-address N] [--max-connection-age SECS] \
+//!     [--max-in-flight N] \
 //!     [--body-limit BYTES]
 //! ```
 //!
@@ -156,17 +157,24 @@ struct Args {
     #[arg(long, value_name = "N", default_value_t = DEFAULT_MAX_REQUESTS_PER_CONNECTION)]
     max_requests_per_connection: usize,
 
-    /// Most connections open at once; more are answered 503 and closed at
-    /// once. Keep it below the open-file limit (`ulimit -n`).
+    /// Most connections open at once. At the cap a new connection takes the
+    /// place of an idle one (of the client holding the most first); with
+    /// none idle it is answered 503 and closed at once. Keep it below the
+    /// open-file limit (`ulimit -n`).
     #[arg(long, value_name = "N", default_value_t = DEFAULT_MAX_CONNECTIONS)]
     max_connections: usize,
 
     /// Most connections open at once from one client address (an IPv6 /64
-    /// counts as one); more are answered 503 and closed at once. Behind a
-    /// reverse proxy every connection is the proxy's: set it to
-    /// --max-connections there.
+    /// counts as one); beyond it the client's own idle connection makes
+    /// room, else 503 and close. Behind a reverse proxy every connection is
+    /// the proxy's: set it to --max-connections there.
     #[arg(long, value_name = "N", default_value_t = DEFAULT_MAX_CONNECTIONS_PER_ADDRESS)]
     max_connections_per_address: usize,
+
+    /// Seconds a connection may stay open; then it is closed after its
+    /// request in progress (at once if idle).
+    #[arg(long, value_name = "SECS", default_value = "300", value_parser = parse_seconds)]
+    max_connection_age: Duration,
 
     /// Most deliveries handled at once; more are answered 503 with
     /// Retry-After at once.
@@ -271,6 +279,7 @@ async fn run(args: Args) -> Result<(), String> {
     limits.max_requests_per_connection = args.max_requests_per_connection;
     limits.max_connections = args.max_connections;
     limits.max_connections_per_address = args.max_connections_per_address;
+    limits.max_connection_age = args.max_connection_age;
     limits.max_in_flight = args.max_in_flight;
     let mut receiver = Receiver::new(engine.clone())
         .limits(limits)
@@ -442,6 +451,7 @@ mod tests {
             args.max_connections_per_address,
             defaults.max_connections_per_address
         );
+        assert_eq!(args.max_connection_age, defaults.max_connection_age);
         assert_eq!(args.max_in_flight, defaults.max_in_flight);
         assert_eq!(args.body_limit, DEFAULT_BODY_LIMIT);
     }
