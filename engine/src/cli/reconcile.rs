@@ -37,8 +37,14 @@ otherwise (GitHub never retries a failed delivery; Stripe stops after 3 days).
   shopify  the shop's webhook subscriptions: the handled topics Shopify removed are reported
 
 A pulled copy and a pushed copy of one event are one event: nothing runs twice. Each source
-keeps a cursor; without --since a run reads from it (a first run: the last 3 days). Only one
+keeps a cursor; without --since a run reads from it (a first run: the last 3 days), and events
+are recorded oldest first. A run filtered with --type leaves the cursor where it is. Only one
 process reconciles a source at a time (a fenced lease): a second is refused (exit 4).
+
+A run reads at most 500 pages and lasts at most 10 minutes: at a cap it ends with the cursor
+at what was fully read, and the next run continues. A provider answer that makes no progress
+(a page that repeats, an empty page that claims more) ends the run with an error. A pulled
+event the receiver would refuse (over 1 MiB, an unusable id) is counted and not recorded.
 
 Recording needs the handlers (the plan is stored with the event): run it from an operator
 binary that calls tickmark::cli::main_with(handlers). The generic binary does --dry-run and
@@ -83,7 +89,9 @@ pub(crate) struct ReconcileArgs {
     /// Count what would be recorded or redelivered; change nothing
     #[arg(long)]
     dry_run: bool,
-    /// Take only these kinds (repeatable; default: the kinds the handlers take)
+    /// Take only these kinds (repeatable; default: the kinds the handlers take). A filtered run
+    /// leaves the cursor where it is: it did not read the other kinds
+
     #[arg(long = "type", value_name = "KIND")]
     kinds: Vec<String>,
     /// Forget the source's cursor first (then --since, or the first run's 3 days); not with --dry-run
