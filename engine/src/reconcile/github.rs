@@ -12,8 +12,11 @@
 //! <https://docs.github.com/en/rest/repos/webhooks#list-deliveries-for-a-repository-webhook>,
 //! <https://docs.github.com/en/rest/repos/webhooks#redeliver-a-delivery-for-a-repository-webhook>
 //!
-//! The log is newest first, paged by the `Link` header; the cursor is the
-//! newest delivery id a complete run read, and the next run stops there.
+//! The log is newest first, paged by the `Link` header. A run reads it down
+//! to the cursor less [`CURSOR_OVERLAP`] (or a window's start), holding
+//! the newest and the last page and each page's address, then goes back up
+//! page by page, oldest first, moving the cursor (the newest delivery id
+//! handled) after each page.
 //! The `status` filter is not used: a delivery GitHub could not make at
 //! all must be seen too, and a GUID's later success must be seen with it.
 
@@ -281,7 +284,7 @@ pub(crate) async fn pull(api: &GitHubApi, run: &mut RunContext<'_>) -> Result<()
     let cursor: Option<u64> = run.cursor_id().and_then(|cursor| cursor.parse().ok());
     let overlap = chrono::Duration::from_std(CURSOR_OVERLAP).unwrap_or(chrono::Duration::zero());
     let floor = match (run.request.since, cursor, run.cursor_at()) {
-        (None, Some(_), Some(at)) => Floor::At(at - overlap),
+        (None, Some(_), Some(at)) => Floor::At(at.checked_sub_signed(overlap).unwrap_or(at)),
         (None, Some(id), None) => Floor::After(id),
         (since, _, _) => Floor::At(run.window_start(since.unwrap_or(DELIVERIES_HORIZON))),
     };

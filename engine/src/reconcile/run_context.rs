@@ -200,7 +200,10 @@ impl RunContext<'_> {
 
     /// The start of a window reaching `back` from the run's start.
     pub fn window_start(&self, back: Duration) -> DateTime<Utc> {
-        self.now - chrono::Duration::from_std(back).unwrap_or(chrono::Duration::MAX)
+        chrono::Duration::from_std(back)
+            .ok()
+            .and_then(|back| self.now.checked_sub_signed(back))
+            .unwrap_or(DateTime::<Utc>::MIN_UTC)
     }
 
     /// The cursor the run began from.
@@ -297,6 +300,12 @@ impl RunContext<'_> {
                 "event {shown} not recorded: {reason}; the receiver refuses such an event too"
             ));
         }
+    }
+
+    /// Tell the progress the counts now, on the same page (a page held
+    /// from the way back, now handled).
+    pub fn report_progress(&self) {
+        self.progress.page(self.pages, &self.summary);
     }
 
     /// A page was read and handled: tell the progress.

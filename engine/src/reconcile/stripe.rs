@@ -11,9 +11,12 @@
 //! oldest first and the cursor moves to the page's newest event once the
 //! whole page is in the inbox: a run killed mid-page resumes with that page.
 //! With no cursor (a first run), or when asked for a window (`--since`), it
-//! pages *back* from now with `starting_after`, down to the window's start,
-//! and moves the cursor to the newest event only when every page was read
-//! and the window reaches back to the old cursor (no gap is skipped).
+//! pages *back* from now with `starting_after`, holding only the last page,
+//! down to the window's oldest page; records it oldest first, then pages
+//! forward from it as above: every event is recorded after every older one.
+//! A window moves the cursor only when it reaches back to the old cursor
+//! (no gap is skipped). A page that makes no progress (repeats, goes the
+//! wrong way, is empty and claims more) ends the run.
 //! <https://docs.stripe.com/api/pagination>
 //!
 //! A pulled event is recorded as the receiver records a pushed one: the
@@ -329,6 +332,7 @@ async fn window(
     for (head, event) in heads.iter().zip(&page.data).rev() {
         take(run, filter, head, event).await?;
     }
+    run.report_progress();
     let Some(newest) = heads.first() else {
         run.summary.complete = true;
         return Ok(());
