@@ -165,9 +165,15 @@ impl Reconciler {
     }
 
     /// Each run's caps: pages, time, and what a pulled event may hold
-    /// (default [`RunLimits::default`]: 500 pages, 10 minutes, 1 MiB).
+    /// (default [`RunLimits::default`]: 500 pages, 10 minutes, 1 MiB). A run
+    /// always gets at least one page and one second, so that it can make
+    /// progress.
     pub fn with_run_limits(mut self, limits: RunLimits) -> Self {
-        self.limits = limits;
+        self.limits = RunLimits {
+            max_pages: limits.max_pages.max(1),
+            max_duration: limits.max_duration.max(Duration::from_secs(1)),
+            ..limits
+        };
         self
     }
 
