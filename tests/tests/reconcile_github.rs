@@ -653,3 +653,41 @@ async fn a_stuck_source_does_not_starve_the_others() {
     shutdown.cancel();
     handle.await.expect("the loop");
 }
+
+/// Fetched payloads are recorded oldest first across the log's pages, read
+/// page by page back up from the oldest.
+#[tokio::test]
+async fn fetched_payloads_are_recorded_oldest_first_across_pages() {
+    let Some((db, engine)) = test_engine(Backend::Sqlite).await else {
+        return;
+    };
+    let receiver = SwitchedReceiver::start(&engine).await;
+    let fake = FakeGitHub::start().await;
+    let hook_id = fake.add_repo_hook("acme", "shop", &receiver.url("github"), GITHUB_SECRET);
+    let hook = HookRef::repo("acme", "shop", hook_id);
+    let sent = missed(&fake, &receiver, &hook, 8).await;
+    let clock_fake = fake.clone();
+    let reconciler = reconciler(&engine, "solo")
+        .with_clock(clock_of(move || clock_fake.now()))
+        .github(
+            "github",
+            api(&fake, hook_id, GitHubRecovery::FetchPayload, 3),
+        );
+    let summary = run(&reconciler, "github").await;
+    assert_eq!(summary.recorded, 8, "{summary:?}");
+    let mut rows = Vec::new();
+    for delivery in &sent {
+        rows.push(
+            db.probe
+                .scalar(&format!(
+                    "SELECT id FROM tickmark_events WHERE dedup_key = '{}'",
+                    delivery.guid
+                ))
+                .await,
+        );
+    }
+    assert!(
+        rows.windows(2).all(|pair| pair[0] < pair[1]),
+        "recorded in the order they were sent: {rows:?}"
+    );
+}
