@@ -146,6 +146,7 @@ mod dedup_key;
 mod engine;
 mod error;
 pub mod event;
+mod event_limits;
 mod event_status;
 pub mod flow;
 pub mod handler;

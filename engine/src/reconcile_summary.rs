@@ -27,6 +27,11 @@ pub struct ReconcileSummary {
     pub failed: u64,
     /// Listed by the provider, but of a kind no handler takes: not recorded.
     pub not_handled: u64,
+    /// Pulled, but not recorded because the receiver would refuse it too
+    /// (an id or kind it does not accept, a body over its limit); logged,
+    /// and the first few named in `notes`.
+    #[serde(default)]
+    pub refused: u64,
     /// Every page up to the newest was read (the cursor moved, unless dry).
     pub complete: bool,
     /// Shopify: the webhook subscriptions the handlers need that Shopify does
@@ -79,6 +84,9 @@ impl ReconcileSummary {
         parts.push(format!("failed {}", self.failed));
         if self.not_handled > 0 {
             parts.push(format!("not handled {}", self.not_handled));
+        }
+        if self.refused > 0 {
+            parts.push(format!("refused {}", self.refused));
         }
         if !self.missing_subscriptions.is_empty() {
             parts.push(format!(

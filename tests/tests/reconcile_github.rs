@@ -9,12 +9,15 @@
 
 mod reconcile_support;
 
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
 use std::time::Duration;
 
 use reconcile_support::*;
 use serde_json::json;
 use tickmark::reconcile::{
-    GitHubApi, GitHubHook, GitHubRecovery, NoProgress, ReconcileSummary, RunRequest, ShopifyApi,
+    GitHubApi, GitHubHook, GitHubRecovery, NoProgress, ReconcileSummary, RunLimits, RunRequest,
+    ShopifyApi, TokenSource,
 };
 use tickmark::{Backend, Engine, Handler, Handlers};
 use tickmark_tests::conformance::engine;
@@ -102,13 +105,15 @@ async fn failed_deliveries_are_redelivered_through_the_receiver_and_run_once() {
         (7, 2, 5, 1, 0),
         "{summary:?}"
     );
-    // 8 deliveries in pages of 3, following the Link header.
+    // 8 deliveries in pages of 3, following the Link header down (3), then
+    // back up oldest first (1: the oldest and newest pages are held, not
+    // read again).
     let lists = fake
         .requests()
         .iter()
         .filter(|request| request.method == "GET" && request.path.ends_with("/deliveries"))
         .count();
-    assert_eq!(lists, 3, "{:#?}", fake.requests());
+    assert_eq!(lists, 4, "{:#?}", fake.requests());
     fake.wait_idle().await;
     let redelivered: Vec<_> = fake
         .deliveries(hook.clone())
@@ -124,10 +129,12 @@ async fn failed_deliveries_are_redelivered_through_the_receiver_and_run_once() {
     for guid in missed.iter().chain(&taken) {
         assert_eq!(runs(&db, guid).await, 1, "{guid} ran once");
     }
+    // The margin behind the cursor (CURSOR_OVERLAP) reads the first run's
+    // deliveries again: every event is had, none redelivered.
     let again = run(&reconciler, "github").await;
     assert_eq!(
         (again.seen, again.already_had, again.redelivered),
-        (5, 5, 0),
+        (7, 7, 0),
         "the redeliveries, newer than the cursor, are delivered: {again:?}"
     );
 }
@@ -350,4 +357,337 @@ async fn organisation_and_app_hooks_are_reconciled_through_rate_limits() {
     for guid in [&org_missed.guid, &app_missed.guid] {
         assert_eq!(runs(&db, guid).await, 1, "{guid} ran once");
     }
+}
+
+// --- Issue 41: the cursor never passes what a run did not read, and a
+// broken or hostile API cannot keep a run going.
+
+fn github_reconciler(
+    engine: &Engine,
+    fake: &FakeGitHub,
+    hook_id: u64,
+    page: u32,
+) -> tickmark::reconcile::Reconciler {
+    let clock_fake = fake.clone();
+    reconciler(engine, "solo")
+        .with_clock(clock_of(move || clock_fake.now()))
+        .github(
+            "github",
+            api(fake, hook_id, GitHubRecovery::Redeliver, page),
+        )
+}
+
+/// `n` deliveries of `GITHUB_KIND` the receiver answers 503, oldest first
+/// (issues 100 and on: bodies no other delivery of a test has).
+async fn missed(
+    fake: &FakeGitHub,
+    receiver: &SwitchedReceiver,
+    hook: &HookRef,
+    n: usize,
+) -> Vec<tickmark_tests::github_api::SentDelivery> {
+    receiver.set_down(true);
+    let mut sent = Vec::new();
+    for k in 0..n {
+        sent.push(fake.send(hook.clone(), GITHUB_KIND, issue(100 + k)).await);
+    }
+    receiver.set_down(false);
+    sent
+}
+
+async fn each_ran_once<'a>(
+    db: &TestDb,
+    engine: &Engine,
+    fake: &FakeGitHub,
+    guids: impl IntoIterator<Item = &'a String>,
+) {
+    fake.wait_idle().await;
+    drain(engine).await;
+    for guid in guids {
+        assert_eq!(runs(db, guid).await, 1, "{guid} ran once");
+    }
+}
+
+/// GitHub lists a delivery when its attempt ends (it waits up to 10 s for
+/// a receiver), so one can appear after a newer one a run already read; the
+/// cursor stopped the next run before it. Runs now read a margin behind the
+/// cursor, and find it.
+#[tokio::test]
+async fn a_delivery_listed_after_a_newer_one_is_still_recovered() {
+    let Some((db, engine)) = test_engine(Backend::Sqlite).await else {
+        return;
+    };
+    let receiver = SwitchedReceiver::start(&engine).await;
+    let fake = FakeGitHub::start().await;
+    let hook_id = fake.add_repo_hook("acme", "shop", &receiver.url("github"), GITHUB_SECRET);
+    let hook = HookRef::repo("acme", "shop", hook_id);
+    let reconciler = github_reconciler(&engine, &fake, hook_id, 100);
+    let early = fake.send(hook.clone(), GITHUB_KIND, issue(0)).await;
+    run(&reconciler, "github").await;
+
+    let slow = fake.begin_send(hook.clone(), GITHUB_KIND, issue(1));
+    let newer = missed(&fake, &receiver, &hook, 1).await.remove(0);
+    assert!(slow.id() < newer.id);
+    let first = run(&reconciler, "github").await;
+    assert_eq!(first.redelivered, 1, "{first:?}");
+    fake.wait_idle().await;
+    receiver.set_down(true);
+    let late = slow.finish().await;
+    receiver.set_down(false);
+    assert_eq!(late.status_code, 503, "{late:?}");
+
+    let second = run(&reconciler, "github").await;
+    assert_eq!(second.redelivered, 1, "the late one: {second:?}");
+    each_ran_once(&db, &engine, &fake, [&early.guid, &newer.guid, &late.guid]).await;
+}
+
+/// An empty page with a `next` link ended the run "complete" and moved the
+/// cursor past the older deliveries it never read; now it is `NoProgress`,
+/// the cursor stays, and the next run recovers every one.
+#[tokio::test]
+async fn an_empty_page_with_a_next_link_ends_the_run() {
+    let Some((db, engine)) = test_engine(Backend::Sqlite).await else {
+        return;
+    };
+    let receiver = SwitchedReceiver::start(&engine).await;
+    let fake = FakeGitHub::start().await;
+    let hook_id = fake.add_repo_hook("acme", "shop", &receiver.url("github"), GITHUB_SECRET);
+    let hook = HookRef::repo("acme", "shop", hook_id);
+    let sent = missed(&fake, &receiver, &hook, 6).await;
+    let reconciler = github_reconciler(&engine, &fake, hook_id, 3);
+    let link = format!(
+        "<{}{}?per_page=3&cursor=v1_{}>; rel=\"next\"",
+        fake.base_url(),
+        hook.deliveries_path(),
+        sent[2].id
+    );
+    let stuck_fake = fake.clone();
+    let progress = after_page(1, move || {
+        stuck_fake.answer_next_with(1, json!([]), Some(link.clone()))
+    });
+    let stuck = reconciler
+        .run(
+            "github",
+            &RunRequest::default(),
+            &progress,
+            &CancellationToken::new(),
+        )
+        .await;
+    assert!(
+        matches!(
+            stuck,
+            Err(tickmark::reconcile::ReconcileError::NoProgress { .. })
+        ),
+        "{stuck:?}"
+    );
+    let healthy = run(&reconciler, "github").await;
+    assert!(healthy.complete, "{healthy:?}");
+    each_ran_once(&db, &engine, &fake, sent.iter().map(|s| &s.guid)).await;
+}
+
+/// The same page again and again with a `next` link: `NoProgress` on the
+/// first repeat.
+#[tokio::test]
+async fn a_page_that_repeats_ends_the_run() {
+    let Some((_db, engine)) = test_engine(Backend::Sqlite).await else {
+        return;
+    };
+    let receiver = SwitchedReceiver::start(&engine).await;
+    let fake = FakeGitHub::start().await;
+    let hook_id = fake.add_repo_hook("acme", "shop", &receiver.url("github"), GITHUB_SECRET);
+    let hook = HookRef::repo("acme", "shop", hook_id);
+    let sent = missed(&fake, &receiver, &hook, 6).await;
+    let newest: Vec<serde_json::Value> = fake
+        .deliveries(hook.clone())
+        .iter()
+        .take(3)
+        .map(|delivery| delivery.item_json())
+        .collect();
+    let link = format!(
+        "<{}{}?per_page=3&cursor=v1_{}>; rel=\"next\"",
+        fake.base_url(),
+        hook.deliveries_path(),
+        sent[2].id
+    );
+    let stuck_fake = fake.clone();
+    let progress = after_page(1, move || {
+        stuck_fake.answer_next_with(100, json!(newest), Some(link.clone()))
+    });
+    let reconciler = github_reconciler(&engine, &fake, hook_id, 3);
+    let stuck = reconciler
+        .run(
+            "github",
+            &RunRequest::default(),
+            &progress,
+            &CancellationToken::new(),
+        )
+        .await;
+    assert!(
+        matches!(
+            stuck,
+            Err(tickmark::reconcile::ReconcileError::NoProgress { .. })
+        ),
+        "{stuck:?}"
+    );
+    let lists = fake
+        .requests()
+        .iter()
+        .filter(|request| request.method == "GET" && request.path.ends_with("/deliveries"))
+        .count();
+    assert_eq!(lists, 2, "stopped at the first repeat");
+}
+
+/// At its page cap a run ends cleanly with the cursor at the last page it
+/// handled (oldest first); the next run continues, and every missed
+/// delivery is recovered once.
+#[tokio::test]
+async fn a_run_at_its_page_cap_ends_cleanly_and_the_next_continues() {
+    let Some((db, engine)) = test_engine(Backend::Sqlite).await else {
+        return;
+    };
+    let receiver = SwitchedReceiver::start(&engine).await;
+    let fake = FakeGitHub::start().await;
+    let hook_id = fake.add_repo_hook("acme", "shop", &receiver.url("github"), GITHUB_SECRET);
+    let hook = HookRef::repo("acme", "shop", hook_id);
+    let sent = missed(&fake, &receiver, &hook, 7).await;
+    let reconciler = github_reconciler(&engine, &fake, hook_id, 3).with_run_limits(RunLimits {
+        max_pages: 2,
+        ..RunLimits::default()
+    });
+    let capped = run(&reconciler, "github").await;
+    assert!(!capped.complete, "{capped:?}");
+    assert_eq!(capped.redelivered, 4, "the two oldest pages: {capped:?}");
+    let cursor = db.store.reconcile_cursors().await.unwrap()[0]
+        .cursor
+        .clone();
+    assert_eq!(cursor, Some(sent[3].id.to_string()));
+    fake.wait_idle().await;
+    let next = run(&reconciler, "github").await;
+    assert_eq!(next.redelivered, 3, "{next:?}");
+    each_ran_once(&db, &engine, &fake, sent.iter().map(|s| &s.guid)).await;
+}
+
+/// A run that panics (here its token source, once) ended the scheduled
+/// reconciler's task for good, silently; the loop now logs it and runs
+/// again next round.
+#[tokio::test]
+async fn the_scheduled_reconciler_runs_again_after_a_run_panicked() {
+    let Some((_db, engine)) = test_engine(Backend::Sqlite).await else {
+        return;
+    };
+    let fake = FakeGitHub::start().await;
+    let hook_id = fake.add_repo_hook("acme", "shop", "http://127.0.0.1:9/hooks", GITHUB_SECRET);
+    let calls = Arc::new(AtomicUsize::new(0));
+    let token = fake.token();
+    let source: TokenSource = Arc::new(move || {
+        if calls.fetch_add(1, Ordering::SeqCst) == 0 {
+            panic!("a token source that panics once (on purpose)");
+        }
+        Ok(token.clone())
+    });
+    let clock_fake = fake.clone();
+    let reconciler = reconciler(&engine, "solo")
+        .with_clock(clock_of(move || clock_fake.now()))
+        .github(
+            "github",
+            api(&fake, hook_id, GitHubRecovery::Redeliver, 100).with_token_source(source),
+        );
+    let shutdown = CancellationToken::new();
+    let handle = reconciler.spawn_every(Duration::from_millis(100), shutdown.clone());
+    tickmark_tests::wait::until(
+        "a scheduled run after the one that panicked",
+        Duration::from_secs(60),
+        || {
+            let fake = fake.clone();
+            async move { !fake.requests().is_empty() }
+        },
+    )
+    .await;
+    assert!(!handle.is_finished(), "the loop lives on");
+    shutdown.cancel();
+    handle
+        .await
+        .expect("the loop ends at shutdown, not by a panic");
+}
+
+/// One source whose API keeps the run waiting (a 60 s `Retry-After`) held
+/// every other source back; its run is now cut at its time cap (1 s here)
+/// and the scheduled loop moves on to the next source.
+#[tokio::test]
+async fn a_stuck_source_does_not_starve_the_others() {
+    let Some((_db, engine)) = test_engine(Backend::Sqlite).await else {
+        return;
+    };
+    let stuck = FakeGitHub::start().await;
+    let healthy = FakeGitHub::start().await;
+    let stuck_hook = stuck.add_repo_hook("acme", "shop", "http://127.0.0.1:9/hooks", GITHUB_SECRET);
+    let healthy_hook =
+        healthy.add_repo_hook("acme", "shop", "http://127.0.0.1:9/hooks", GITHUB_SECRET);
+    stuck.rate_limit_next(1, Duration::from_secs(60));
+    let clock_fake = healthy.clone();
+    let reconciler = reconciler(&engine, "solo")
+        .with_clock(clock_of(move || clock_fake.now()))
+        .with_run_limits(RunLimits {
+            max_duration: Duration::from_secs(1),
+            ..RunLimits::default()
+        })
+        .github(
+            "github-stuck",
+            api(&stuck, stuck_hook, GitHubRecovery::Redeliver, 100),
+        )
+        .github(
+            "github",
+            api(&healthy, healthy_hook, GitHubRecovery::Redeliver, 100),
+        );
+    let shutdown = CancellationToken::new();
+    let handle = reconciler.spawn_every(Duration::from_secs(3600), shutdown.clone());
+    // Well within the stuck source's 60 s, well past its 1 s cap.
+    tickmark_tests::wait::until(
+        "the healthy source reconciled",
+        Duration::from_secs(30),
+        || {
+            let healthy = healthy.clone();
+            async move { !healthy.requests().is_empty() }
+        },
+    )
+    .await;
+    shutdown.cancel();
+    handle.await.expect("the loop");
+}
+
+/// Fetched payloads are recorded oldest first across the log's pages, read
+/// page by page back up from the oldest.
+#[tokio::test]
+async fn fetched_payloads_are_recorded_oldest_first_across_pages() {
+    let Some((db, engine)) = test_engine(Backend::Sqlite).await else {
+        return;
+    };
+    let receiver = SwitchedReceiver::start(&engine).await;
+    let fake = FakeGitHub::start().await;
+    let hook_id = fake.add_repo_hook("acme", "shop", &receiver.url("github"), GITHUB_SECRET);
+    let hook = HookRef::repo("acme", "shop", hook_id);
+    let sent = missed(&fake, &receiver, &hook, 8).await;
+    let clock_fake = fake.clone();
+    let reconciler = reconciler(&engine, "solo")
+        .with_clock(clock_of(move || clock_fake.now()))
+        .github(
+            "github",
+            api(&fake, hook_id, GitHubRecovery::FetchPayload, 3),
+        );
+    let summary = run(&reconciler, "github").await;
+    assert_eq!(summary.recorded, 8, "{summary:?}");
+    let mut rows = Vec::new();
+    for delivery in &sent {
+        rows.push(
+            db.probe
+                .scalar(&format!(
+                    "SELECT id FROM tickmark_events WHERE dedup_key = '{}'",
+                    delivery.guid
+                ))
+                .await,
+        );
+    }
+    assert!(
+        rows.windows(2).all(|pair| pair[0] < pair[1]),
+        "recorded in the order they were sent: {rows:?}"
+    );
 }

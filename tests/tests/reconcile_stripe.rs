@@ -13,7 +13,8 @@ use std::time::Duration;
 use reconcile_support::*;
 use serde_json::json;
 use tickmark::reconcile::{
-    NoProgress, Progress, ReconcileError, ReconcileSummary, Reconciler, RunRequest, StripeApi,
+    NoProgress, Progress, ReconcileError, ReconcileSummary, Reconciler, RunLimits, RunRequest,
+    StripeApi,
 };
 use tickmark::Backend;
 use tickmark_tests::stripe_api::FakeStripe;
@@ -130,7 +131,10 @@ async fn events_stripe_gave_up_on_are_pulled_and_run_once(backend: Backend) {
             .all(|request| request.query.contains("types%5B%5D=invoice.paid")),
         "{lists:?}"
     );
-    assert_eq!(lists.len(), 3, "12 events in pages of 5: {lists:?}");
+    // 12 events in pages of 5, recorded oldest first: back to the oldest
+    // page (3), then forward from it (2; the oldest page is held, not read
+    // again).
+    assert_eq!(lists.len(), 5, "12 events in pages of 5: {lists:?}");
 
     drain(&engine).await;
     for id in &ids {
@@ -379,13 +383,14 @@ async fn two_processes_never_both_pull() {
         matches!(&lost, Err(error) if error.is_lease_lost()),
         "the first stops on its lost lease: {lost:?}"
     );
-    // Two of the first's, three pages of the second's (25 in tens).
+    // Two of the first's, five of the second's (25 in tens: back to the
+    // oldest page, 3, then forward from it, 2).
     let lists = fake
         .requests()
         .iter()
         .filter(|r| r.path == "/v1/events")
         .count();
-    assert_eq!(lists, 2 + 3, "{:#?}", fake.requests());
+    assert_eq!(lists, 2 + 5, "{:#?}", fake.requests());
     drain(&engine).await;
     for id in &ids {
         assert_eq!(runs(&db, id).await, 1, "{id} ran once");
@@ -637,4 +642,411 @@ async fn a_cursor_stripe_no_longer_has_falls_back_to_its_thirty_days() {
     for id in ids.iter().chain([&next]) {
         assert_eq!(runs(&db, id).await, 1, "{id} ran once");
     }
+}
+
+// --- Issue 41: the cursor never passes what a run did not read, and a
+// broken or hostile API cannot keep a run going.
+
+/// An empty page that says there is more.
+fn empty_page_claiming_more() -> serde_json::Value {
+    json!({ "object": "list", "url": "/v1/events", "has_more": true, "data": [] })
+}
+
+async fn cursor_of(db: &tickmark_tests::TestDb) -> Option<String> {
+    db.store.reconcile_cursors().await.unwrap()[0]
+        .cursor
+        .clone()
+}
+
+/// List requests the fake answered from the `from`-th request on.
+fn lists_since(fake: &FakeStripe, from: usize) -> usize {
+    fake.requests()[from..]
+        .iter()
+        .filter(|request| request.path == "/v1/events")
+        .count()
+}
+
+/// Every event of `ids` ran exactly once.
+async fn each_ran_once(db: &tickmark_tests::TestDb, engine: &tickmark::Engine, ids: &[String]) {
+    drain(engine).await;
+    for id in ids {
+        assert_eq!(runs(db, id).await, 1, "{id} ran once");
+    }
+}
+
+/// `--since` pages back from now; a provider that answers an empty page
+/// with `has_more: true` ended the run "complete" and moved the cursor past
+/// the 40 events it never read. Now the run ends with `NoProgress`, the
+/// cursor stays, and the next healthy run records every event.
+#[tokio::test]
+async fn a_window_run_given_an_empty_page_claiming_more_keeps_the_cursor() {
+    let Some((db, engine)) = test_engine(Backend::Sqlite).await else {
+        return;
+    };
+    let fake = FakeStripe::start().await;
+    let reconciler = stripe_reconciler(&engine, &fake, 10);
+    let first = set_the_cursor(&fake, &reconciler).await;
+    let ids: Vec<String> = (1..=50)
+        .map(|n| fake.create_event(STRIPE_KIND, invoice(n)))
+        .collect();
+    let stuck_fake = fake.clone();
+    let progress = after_page(1, move || {
+        stuck_fake.answer_next_with(1, empty_page_claiming_more())
+    });
+    let window = RunRequest {
+        since: Some(DAY),
+        ..RunRequest::default()
+    };
+    let stuck = reconciler
+        .run("stripe", &window, &progress, &CancellationToken::new())
+        .await;
+    assert!(
+        matches!(stuck, Err(ReconcileError::NoProgress { .. })),
+        "{stuck:?}"
+    );
+    assert_eq!(cursor_of(&db).await, Some(first), "the cursor stays");
+    run(&reconciler, &RunRequest::default())
+        .await
+        .expect("a healthy run");
+    each_ran_once(&db, &engine, &ids).await;
+}
+
+/// The same, paging forward from the cursor: the empty page claiming more
+/// ends the run with `NoProgress`, the cursor where the last whole page
+/// left it.
+#[tokio::test]
+async fn a_forward_run_given_an_empty_page_claiming_more_ends_with_an_error() {
+    let Some((db, engine)) = test_engine(Backend::Sqlite).await else {
+        return;
+    };
+    let fake = FakeStripe::start().await;
+    let reconciler = stripe_reconciler(&engine, &fake, 10);
+    set_the_cursor(&fake, &reconciler).await;
+    let ids: Vec<String> = (1..=30)
+        .map(|n| fake.create_event(STRIPE_KIND, invoice(n)))
+        .collect();
+    let stuck_fake = fake.clone();
+    let progress = after_page(1, move || {
+        stuck_fake.answer_next_with(1, empty_page_claiming_more())
+    });
+    let stuck = reconciler
+        .run(
+            "stripe",
+            &RunRequest::default(),
+            &progress,
+            &CancellationToken::new(),
+        )
+        .await;
+    assert!(
+        matches!(stuck, Err(ReconcileError::NoProgress { .. })),
+        "{stuck:?}"
+    );
+    assert_eq!(cursor_of(&db).await.as_deref(), Some(ids[9].as_str()));
+    let healthy = run(&reconciler, &RunRequest::default())
+        .await
+        .expect("a healthy run");
+    assert_eq!(healthy.recorded, 20, "{healthy:?}");
+    each_ran_once(&db, &engine, &ids).await;
+}
+
+/// A provider that answers the same page again and again with
+/// `has_more: true` (it ran for 2,396 requests until killed): the run ends
+/// with `NoProgress` on the first repeat, paging forward.
+#[tokio::test]
+async fn a_page_that_repeats_ends_a_forward_run() {
+    let Some((db, engine)) = test_engine(Backend::Sqlite).await else {
+        return;
+    };
+    let fake = FakeStripe::start().await;
+    let reconciler = stripe_reconciler(&engine, &fake, 10);
+    set_the_cursor(&fake, &reconciler).await;
+    let ids: Vec<String> = (1..=30)
+        .map(|n| fake.create_event(STRIPE_KIND, invoice(n)))
+        .collect();
+    let first_page: Vec<String> = ids[..10].iter().rev().cloned().collect();
+    let repeat = fake.list_page(&first_page, true);
+    let stuck_fake = fake.clone();
+    let progress = after_page(1, move || stuck_fake.answer_next_with(100, repeat.clone()));
+    let before = fake.requests().len();
+    let stuck = reconciler
+        .run(
+            "stripe",
+            &RunRequest::default(),
+            &progress,
+            &CancellationToken::new(),
+        )
+        .await;
+    assert!(
+        matches!(stuck, Err(ReconcileError::NoProgress { .. })),
+        "{stuck:?}"
+    );
+    assert_eq!(lists_since(&fake, before), 2, "stopped at the first repeat");
+    assert_eq!(cursor_of(&db).await.as_deref(), Some(ids[9].as_str()));
+}
+
+/// A forward page older than the cursor (the cursor would go backward):
+/// `NoProgress`, and the cursor is not moved back.
+#[tokio::test]
+async fn a_page_that_goes_backward_ends_a_forward_run() {
+    let Some((db, engine)) = test_engine(Backend::Sqlite).await else {
+        return;
+    };
+    let fake = FakeStripe::start().await;
+    let reconciler = stripe_reconciler(&engine, &fake, 10);
+    set_the_cursor(&fake, &reconciler).await;
+    let ids: Vec<String> = (1..=30)
+        .map(|n| {
+            fake.advance(Duration::from_secs(1));
+            fake.create_event(STRIPE_KIND, invoice(n))
+        })
+        .collect();
+    let older = fake.list_page(&[ids[4].clone(), ids[3].clone()], true);
+    let stuck_fake = fake.clone();
+    let progress = after_page(1, move || stuck_fake.answer_next_with(100, older.clone()));
+    let stuck = reconciler
+        .run(
+            "stripe",
+            &RunRequest::default(),
+            &progress,
+            &CancellationToken::new(),
+        )
+        .await;
+    assert!(
+        matches!(stuck, Err(ReconcileError::NoProgress { .. })),
+        "{stuck:?}"
+    );
+    assert_eq!(
+        cursor_of(&db).await.as_deref(),
+        Some(ids[9].as_str()),
+        "not moved back"
+    );
+}
+
+/// Paging back (a window), the same page again: `NoProgress` at once.
+#[tokio::test]
+async fn a_page_that_repeats_ends_a_window_run() {
+    let Some((db, engine)) = test_engine(Backend::Sqlite).await else {
+        return;
+    };
+    let fake = FakeStripe::start().await;
+    let reconciler = stripe_reconciler(&engine, &fake, 10);
+    let first = set_the_cursor(&fake, &reconciler).await;
+    let ids: Vec<String> = (1..=30)
+        .map(|n| fake.create_event(STRIPE_KIND, invoice(n)))
+        .collect();
+    let newest_page: Vec<String> = ids[20..].iter().rev().cloned().collect();
+    let repeat = fake.list_page(&newest_page, true);
+    let stuck_fake = fake.clone();
+    let progress = after_page(1, move || stuck_fake.answer_next_with(100, repeat.clone()));
+    let before = fake.requests().len();
+    let window = RunRequest {
+        since: Some(DAY),
+        ..RunRequest::default()
+    };
+    let stuck = reconciler
+        .run("stripe", &window, &progress, &CancellationToken::new())
+        .await;
+    assert!(
+        matches!(stuck, Err(ReconcileError::NoProgress { .. })),
+        "{stuck:?}"
+    );
+    assert_eq!(lists_since(&fake, before), 2, "stopped at the first repeat");
+    assert_eq!(cursor_of(&db).await, Some(first));
+}
+
+/// At its page cap a run ends cleanly (not complete, a note), the cursor
+/// at the last whole page; the next run continues from there.
+#[tokio::test]
+async fn a_run_at_its_page_cap_ends_cleanly_and_the_next_continues() {
+    let Some((db, engine)) = test_engine(Backend::Sqlite).await else {
+        return;
+    };
+    let fake = FakeStripe::start().await;
+    let reconciler = stripe_reconciler(&engine, &fake, 10).with_run_limits(RunLimits {
+        max_pages: 2,
+        ..RunLimits::default()
+    });
+    let first = set_the_cursor(&fake, &reconciler).await;
+    let ids: Vec<String> = (1..=35)
+        .map(|n| fake.create_event(STRIPE_KIND, invoice(n)))
+        .collect();
+    let capped = run(&reconciler, &RunRequest::default())
+        .await
+        .expect("a capped run ends cleanly");
+    assert!(!capped.complete, "{capped:?}");
+    assert_eq!(capped.recorded, 20, "{capped:?}");
+    assert!(
+        capped.notes.iter().any(|note| note.contains("page cap")),
+        "{capped:?}"
+    );
+    assert_eq!(cursor_of(&db).await.as_deref(), Some(ids[19].as_str()));
+    let next = run(&reconciler, &RunRequest::default())
+        .await
+        .expect("the next run");
+    assert!(next.complete && next.recorded == 15, "{next:?}");
+    each_ran_once(&db, &engine, &[vec![first], ids].concat()).await;
+}
+
+/// A provider that keeps a run waiting (a 30 s `Retry-After`) is cut at the
+/// run's time cap (1 s here): the run ends cleanly, not complete.
+#[tokio::test]
+async fn a_run_is_cut_at_its_time_cap() {
+    let Some((_db, engine)) = test_engine(Backend::Sqlite).await else {
+        return;
+    };
+    let fake = FakeStripe::start().await;
+    fake.create_event(STRIPE_KIND, invoice(0));
+    let reconciler = stripe_reconciler(&engine, &fake, 10).with_run_limits(RunLimits {
+        max_duration: Duration::from_secs(1),
+        ..RunLimits::default()
+    });
+    fake.rate_limit_next(1, Duration::from_secs(30));
+    let cut = run(&reconciler, &RunRequest::default())
+        .await
+        .expect("a run cut at its time cap ends cleanly");
+    assert!(!cut.complete, "{cut:?}");
+    assert!(
+        cut.notes.iter().any(|note| note.contains("time cap")),
+        "{cut:?}"
+    );
+}
+
+/// `Retry-After: 1e20` panicked the run (`Duration::from_secs_f64`); now the
+/// wait is capped at a day, over what a run waits: the run ends with
+/// `RateLimited`, and the next resumes.
+#[tokio::test]
+async fn a_huge_retry_after_ends_the_run_without_a_panic() {
+    let Some((_db, engine)) = test_engine(Backend::Sqlite).await else {
+        return;
+    };
+    let fake = FakeStripe::start().await;
+    fake.create_event(STRIPE_KIND, invoice(0));
+    let reconciler = stripe_reconciler(&engine, &fake, 10);
+    fake.rate_limit_next_saying(1, "1e20");
+    let limited = run(&reconciler, &RunRequest::default()).await;
+    assert!(
+        matches!(
+            &limited,
+            Err(ReconcileError::RateLimited { wait, .. }) if *wait == Duration::from_secs(24 * 3600)
+        ),
+        "{limited:?}"
+    );
+    let next = run(&reconciler, &RunRequest::default())
+        .await
+        .expect("the next run");
+    assert_eq!(next.recorded, 1, "{next:?}");
+}
+
+/// A pulled event the receiver would refuse (a body over its 1 MiB, an id
+/// with a control character, an id over 255 bytes) is counted as refused
+/// and never recorded; the others are.
+#[tokio::test]
+async fn pulled_events_over_the_receivers_limits_are_refused_not_recorded() {
+    let Some((db, engine)) = test_engine(Backend::Sqlite).await else {
+        return;
+    };
+    let fake = FakeStripe::start().await;
+    let fine = fake.create_event(STRIPE_KIND, invoice(0));
+    let big = fake.create_event(
+        STRIPE_KIND,
+        json!({ "id": "in_big", "lines": "x".repeat(2 * 1024 * 1024) }),
+    );
+    let mut page = fake.list_page(&[big, fine.clone()], false);
+    let made_up = |id: String| {
+        json!({
+            "id": id, "object": "event", "type": STRIPE_KIND, "created": fake.now(),
+            "livemode": false, "data": { "object": invoice(9) },
+        })
+    };
+    let data = page["data"].as_array_mut().expect("a list");
+    data.insert(0, made_up("evt_bell\u{7}".to_owned()));
+    data.insert(0, made_up(format!("evt_{}", "9".repeat(300))));
+    fake.answer_next_with(1, page);
+    let reconciler = stripe_reconciler(&engine, &fake, 10);
+    let summary = run(&reconciler, &RunRequest::default())
+        .await
+        .expect("a run");
+    assert_eq!(
+        (summary.seen, summary.recorded, summary.refused),
+        (4, 1, 3),
+        "{summary:?}"
+    );
+    assert_eq!(
+        db.probe
+            .scalar("SELECT count(*) FROM tickmark_events")
+            .await,
+        1
+    );
+    each_ran_once(&db, &engine, &[fine]).await;
+}
+
+/// `--type` asks Stripe for one kind (`types[]`): such a run moved the
+/// shared cursor past every other kind's events. It now leaves the cursor,
+/// and the next run records them.
+#[tokio::test]
+async fn a_run_filtered_to_some_kinds_leaves_the_cursor() {
+    let Some((db, engine)) = test_engine(Backend::Sqlite).await else {
+        return;
+    };
+    let fake = FakeStripe::start().await;
+    let reconciler = stripe_reconciler(&engine, &fake, 10);
+    let first = set_the_cursor(&fake, &reconciler).await;
+    let invoices: Vec<String> = (1..=3)
+        .map(|n| fake.create_event(STRIPE_KIND, invoice(n)))
+        .collect();
+    for n in 0..2 {
+        fake.create_event("customer.created", json!({ "id": format!("cus_{n}") }));
+    }
+    let filtered = RunRequest {
+        kinds: Some(vec!["customer.created".to_owned()]),
+        ..RunRequest::default()
+    };
+    let summary = run(&reconciler, &filtered).await.expect("a filtered run");
+    assert_eq!(summary.seen, 2, "{summary:?}");
+    assert_eq!(cursor_of(&db).await, Some(first), "the cursor stays");
+    let next = run(&reconciler, &RunRequest::default())
+        .await
+        .expect("the next run");
+    assert_eq!(next.recorded, 3, "{next:?}");
+    each_ran_once(&db, &engine, &invoices).await;
+}
+
+/// A window (a first run, `--since`, a lost cursor) recorded newest first,
+/// so a handler ordered per resource met an older `subscription.updated`
+/// after a newer one. Each event is now recorded after every older one.
+#[tokio::test]
+async fn a_window_records_oldest_first() {
+    let Some((db, engine)) = test_engine(Backend::Sqlite).await else {
+        return;
+    };
+    let fake = FakeStripe::start().await;
+    let ids: Vec<String> = (0..25)
+        .map(|n| {
+            fake.advance(Duration::from_secs(1));
+            fake.create_event(STRIPE_KIND, invoice(n))
+        })
+        .collect();
+    let reconciler = stripe_reconciler(&engine, &fake, 10);
+    let summary = run(&reconciler, &RunRequest::default())
+        .await
+        .expect("a first run");
+    assert_eq!(summary.recorded, 25, "{summary:?}");
+    let mut seqs = Vec::new();
+    for id in &ids {
+        seqs.push(
+            db.probe
+                .scalar(&format!(
+                    "SELECT id FROM tickmark_events WHERE dedup_key = '{id}'"
+                ))
+                .await,
+        );
+    }
+    assert!(
+        seqs.windows(2).all(|pair| pair[0] < pair[1]),
+        "recorded in the order they were made: {seqs:?}"
+    );
+    assert_eq!(
+        cursor_of(&db).await.as_deref(),
+        ids.last().map(String::as_str)
+    );
 }

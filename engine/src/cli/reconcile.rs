@@ -22,7 +22,7 @@ use crate::engine::Engine;
 use crate::handler::Handlers;
 use crate::reconcile::{
     GitHubApi, GitHubHook, GitHubRecovery, Progress, ReconcileError, ReconcileSummary, Reconciler,
-    RunRequest, ShopifyApi, StripeApi,
+    RunLimits, RunRequest, ShopifyApi, StripeApi,
 };
 use crate::store::Store;
 
@@ -37,8 +37,14 @@ otherwise (GitHub never retries a failed delivery; Stripe stops after 3 days).
   shopify  the shop's webhook subscriptions: the handled topics Shopify removed are reported
 
 A pulled copy and a pushed copy of one event are one event: nothing runs twice. Each source
-keeps a cursor; without --since a run reads from it (a first run: the last 3 days). Only one
+keeps a cursor; without --since a run reads from it (a first run: the last 3 days), and events
+are recorded oldest first. A run filtered with --type leaves the cursor where it is. Only one
 process reconciles a source at a time (a fenced lease): a second is refused (exit 4).
+
+A run reads at most 500 pages and lasts at most 10 minutes (--max-pages, --max-time): at a cap
+it ends with the cursor at what was fully read, and the next run continues. A provider answer that makes no progress
+(a page that repeats, an empty page that claims more) ends the run with an error. A pulled
+event the receiver would refuse (over 1 MiB, an unusable id) is counted and not recorded.
 
 Recording needs the handlers (the plan is stored with the event): run it from an operator
 binary that calls tickmark::cli::main_with(handlers). The generic binary does --dry-run and
@@ -83,7 +89,9 @@ pub(crate) struct ReconcileArgs {
     /// Count what would be recorded or redelivered; change nothing
     #[arg(long)]
     dry_run: bool,
-    /// Take only these kinds (repeatable; default: the kinds the handlers take)
+    /// Take only these kinds (repeatable; default: the kinds the handlers take). A filtered run
+    /// leaves the cursor where it is: it did not read the other kinds
+
     #[arg(long = "type", value_name = "KIND")]
     kinds: Vec<String>,
     /// Forget the source's cursor first (then --since, or the first run's 3 days); not with --dry-run
@@ -131,6 +139,12 @@ pub(crate) struct ReconcileArgs {
         value_name = "TOKEN"
     )]
     shopify_access_token: Option<String>,
+    /// The most pages one run records from (default 500); at the cap it ends, the next continues
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..))]
+    max_pages: Option<u64>,
+    /// The longest one run lasts (default 10m); at the cap it ends, the next continues
+    #[arg(long, value_name = "DURATION", value_parser = duration::parse)]
+    max_time: Option<Duration>,
     /// Show progress on stderr even when it is not a terminal
     #[arg(long)]
     progress: bool,
@@ -164,7 +178,19 @@ pub(crate) async fn run(
     let has_handlers = handlers.is_some();
     let engine = Engine::new(store.clone(), handlers.unwrap_or_default())
         .map_err(|error| Failure::Other(format!("the handlers do not compile: {error}")))?;
-    let reconciler = configure(Reconciler::new(engine).map_err(failure)?, &source, &args)?;
+    let limits = RunLimits::default();
+    let limits = RunLimits {
+        max_pages: args.max_pages.unwrap_or(limits.max_pages),
+        max_duration: args.max_time.unwrap_or(limits.max_duration),
+        ..limits
+    };
+    let reconciler = configure(
+        Reconciler::new(engine)
+            .map_err(failure)?
+            .with_run_limits(limits),
+        &source,
+        &args,
+    )?;
     if args.from_scratch && !store.reconcile_cursor_reset(&source).await? {
         return Err(Failure::Refused(format!(
             "another process is reconciling `{source}` right now: its cursor is not reset"

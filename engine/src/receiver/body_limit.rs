@@ -20,9 +20,9 @@ use futures_util::StreamExt;
 
 use super::response::ReceiverRejection;
 
-/// The default body limit: 1 MiB, well above what providers send (Stripe,
-/// GitHub and Shopify payloads stay far below it).
-pub const DEFAULT_BODY_LIMIT: usize = 1024 * 1024;
+/// The body limit lives below the receiver: the reconciler's pulled events
+/// meet it too.
+pub use crate::event_limits::DEFAULT_BODY_LIMIT;
 
 /// Most bytes reserved up front, whatever `Content-Length` claims, so that
 /// many slow or lying clients cannot make the receiver reserve `limit` each.

@@ -285,11 +285,35 @@ fn classify(response: ApiResponse, what: &str) -> Result<ApiResponse, AttemptFai
     Ok(response)
 }
 
-/// `Retry-After` in seconds (the form Stripe, GitHub and Shopify send).
+/// The longest wait a provider's answer is taken at its word for: a day.
+/// A longer `Retry-After` or rate-limit reset is capped here (and logged);
+/// a run then stops, as for any wait over [`ClientSettings::max_wait`].
+pub(crate) const MAX_ASKED_WAIT: Duration = Duration::from_secs(24 * 60 * 60);
+
+/// `Retry-After` in seconds (the form Stripe, GitHub and Shopify send),
+/// capped at [`MAX_ASKED_WAIT`]; anything else (a date, a negative or
+/// non-finite number, text) is no `Retry-After`. Never panics.
 fn retry_after(headers: &HeaderMap) -> Option<Duration> {
     let value = headers.get(RETRY_AFTER)?.to_str().ok()?.trim();
     let seconds: f64 = value.parse().ok()?;
-    (seconds.is_finite() && seconds >= 0.0).then(|| Duration::from_secs_f64(seconds))
+    if !seconds.is_finite() || seconds < 0.0 {
+        return None;
+    }
+    Some(capped_wait(
+        Duration::try_from_secs_f64(seconds).unwrap_or(Duration::MAX),
+        value,
+    ))
+}
+
+/// `asked`, or [`MAX_ASKED_WAIT`] when it is longer (logged: `said` is what
+/// the provider sent).
+fn capped_wait(asked: Duration, said: &str) -> Duration {
+    if asked <= MAX_ASKED_WAIT {
+        return asked;
+    }
+    let said: String = said.chars().take(40).collect();
+    tracing::warn!(asked = %said, capped = ?MAX_ASKED_WAIT, "provider API: asked to wait implausibly long; capped");
+    MAX_ASKED_WAIT
 }
 
 /// GitHub's primary rate limit is used up: `x-ratelimit-remaining: 0`.
@@ -311,8 +335,12 @@ fn github_reset_in(headers: &HeaderMap) -> Option<Duration> {
         .parse()
         .ok()?;
     let now = chrono::Utc::now().timestamp();
-    Some(Duration::from_secs(
-        u64::try_from(reset - now).unwrap_or(0) + 1,
+    let seconds = u64::try_from(reset.saturating_sub(now))
+        .unwrap_or(0)
+        .saturating_add(1);
+    Some(capped_wait(
+        Duration::from_secs(seconds),
+        &format!("x-ratelimit-reset {reset}"),
     ))
 }
 
@@ -416,7 +444,7 @@ impl RetryLoop {
             Some(wait) => wait,
             None => {
                 let spread = self.backoff.mul_f64(0.5 + crate::jitter::unit() / 2.0);
-                self.backoff = (self.backoff * 2).min(self.settings.max_wait);
+                self.backoff = self.backoff.saturating_mul(2).min(self.settings.max_wait);
                 spread
             }
         };
@@ -455,6 +483,45 @@ mod tests {
         assert_eq!(wait_of(classify(answer(503, &[]), "GET x")), Some(None));
         assert!(classify(answer(404, &[]), "GET x").is_ok());
         assert!(classify(answer(200, &[]), "GET x").is_ok());
+    }
+
+    /// `Retry-After: 1e20` panicked `Duration::from_secs_f64` (and ended the
+    /// scheduled reconciler): every value parses safely, a huge one capped.
+    #[test]
+    fn any_retry_after_parses_without_panicking_and_huge_ones_are_capped() {
+        for (said, expected) in [
+            ("1e20", Some(MAX_ASKED_WAIT)),
+            ("1e400", None),
+            ("18446744073709551616", Some(MAX_ASKED_WAIT)),
+            ("inf", None),
+            ("NaN", None),
+            ("-1", None),
+            ("Wed, 21 Oct 2015 07:28:00 GMT", None),
+            ("2.5", Some(Duration::from_millis(2500))),
+            ("86401", Some(MAX_ASKED_WAIT)),
+        ] {
+            let limited = classify(answer(429, &[("retry-after", said)]), "GET x");
+            assert_eq!(wait_of(limited), Some(expected), "Retry-After: {said}");
+        }
+        let far = answer(
+            403,
+            &[
+                ("x-ratelimit-remaining", "0"),
+                ("x-ratelimit-reset", &i64::MAX.to_string()),
+            ],
+        );
+        assert_eq!(wait_of(classify(far, "GET x")), Some(Some(MAX_ASKED_WAIT)));
+        let past = answer(
+            403,
+            &[
+                ("x-ratelimit-remaining", "0"),
+                ("x-ratelimit-reset", &i64::MIN.to_string()),
+            ],
+        );
+        assert_eq!(
+            wait_of(classify(past, "GET x")),
+            Some(Some(Duration::from_secs(1)))
+        );
     }
 
     #[test]

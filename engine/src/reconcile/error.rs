@@ -49,6 +49,31 @@ pub enum ReconcileError {
         /// What did not parse.
         reason: String,
     },
+    /// The provider's API answered without progress: a page that repeats,
+    /// a cursor that does not move or goes backward, an empty page that
+    /// claims more. Reading on would never end.
+    #[error("{what}: the answer makes no progress: {reason}; the run stopped with the cursor at what was fully read — if this repeats, the provider's API (or a proxy in between) is broken: check the base URL")]
+    NoProgress {
+        /// The request.
+        what: String,
+        /// What did not move.
+        reason: String,
+    },
+    /// The run reached its page or time cap ([`RunLimits`](super::RunLimits)).
+    /// [`Reconciler::run`](super::Reconciler::run) turns it into a summary
+    /// that is not complete: the next run continues from the cursor.
+    #[error("the run reached its {cap}; the next run continues from the cursor (raise RunLimits to read more per run)")]
+    CapReached {
+        /// Which cap: `page cap (500 pages)`, `time cap (10m)`.
+        cap: String,
+    },
+    /// The run panicked (a bug, or a token source of the caller's): it ended
+    /// there, its lease given back; the next run resumes from the cursor.
+    #[error("the reconcile run panicked: {message}; the next run resumes from the cursor (please report this)")]
+    Panicked {
+        /// What the panic said.
+        message: String,
+    },
     /// Another process holds this source's reconcile lease: one reconciler
     /// in the fleet at a time.
     #[error("another process is reconciling `{source_name}` right now (it holds the lease); try again when its run ends, or see `tickmark reconcile --status`")]

@@ -12,12 +12,15 @@
 //! <https://docs.github.com/en/rest/repos/webhooks#list-deliveries-for-a-repository-webhook>,
 //! <https://docs.github.com/en/rest/repos/webhooks#redeliver-a-delivery-for-a-repository-webhook>
 //!
-//! The log is newest first, paged by the `Link` header; the cursor is the
-//! newest delivery id a complete run read, and the next run stops there.
+//! The log is newest first, paged by the `Link` header. A run reads it down
+//! to the cursor less [`CURSOR_OVERLAP`] (or a window's start), holding
+//! the newest and the last page and each page's address, then goes back up
+//! page by page, oldest first, moving the cursor (the newest delivery id
+//! handled) after each page.
 //! The `status` filter is not used: a delivery GitHub could not make at
 //! all must be seen too, and a GUID's later success must be seen with it.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -208,7 +211,14 @@ struct Delivery {
     event: String,
 }
 
-/// What the log says of one event (GUID), newest delivery first.
+/// How far behind the cursor a run reads the log again. A delivery is
+/// listed once its attempt ends (GitHub waits up to 10 s for a receiver), so
+/// it can appear after a newer one the last run already read; re-reading a
+/// margin finds it, and costs nothing else: a GUID delivered, or one the
+/// inbox has, is left alone.
+pub const CURSOR_OVERLAP: Duration = Duration::from_secs(5 * 60);
+
+/// What one stretch of the log says of one event (GUID).
 #[derive(Debug)]
 struct EventAttempts {
     kind: String,
@@ -217,103 +227,261 @@ struct EventAttempts {
     newest: u64,
 }
 
-/// Read the hook's log and recover what the receiver never answered.
+/// Where a run stops reading down the log.
+#[derive(Debug, Clone, Copy)]
+enum Floor {
+    /// Deliveries made before this time (a window's start, or the cursor's
+    /// time less [`CURSOR_OVERLAP`]) are not read.
+    At(DateTime<Utc>),
+    /// Deliveries up to this id are not read (a cursor of unknown time).
+    After(u64),
+}
+
+impl Floor {
+    fn below(self, delivery: &Delivery) -> bool {
+        match self {
+            Floor::At(at) => delivery.delivered_at < at,
+            Floor::After(id) => delivery.id <= id,
+        }
+    }
+}
+
+/// One page of the log as the way down found it: its address, and its
+/// oldest and newest delivery.
+#[derive(Debug)]
+struct Anchor {
+    url: Url,
+    low: u64,
+    high: u64,
+}
+
+/// The way down: each page's anchor, newest first, and the first and last
+/// pages read (the newest and the oldest), held so that they are not read
+/// twice (the newest would be pushed on by every delivery since, the run's
+/// own redeliveries included).
+#[derive(Debug, Default)]
+struct Scan {
+    anchors: Vec<Anchor>,
+    newest_page: Vec<Delivery>,
+    oldest_page: Vec<Delivery>,
+}
+
+/// What the way up keeps: the GUIDs handled in this run (an event's
+/// deliveries can span pages), and the cursor as moved so far.
+#[derive(Debug)]
+struct Handled {
+    guids: HashSet<String>,
+    cursor: Option<u64>,
+    moves: bool,
+}
+
+/// Read the hook's log and recover what the receiver never answered: down
+/// the log from now to the cursor (less a margin) or the window's start,
+/// holding one page, then back up page by page, oldest first, moving the
+/// cursor after each page.
 pub(crate) async fn pull(api: &GitHubApi, run: &mut RunContext<'_>) -> Result<(), ReconcileError> {
     let filter = KindFilter::of(run);
-    // From the cursor when there is one (the log itself keeps 3 days);
-    // else, or when asked for a window, back to the window's start.
-    let stop_at: Option<u64> = match run.request.since {
-        Some(_) => None,
-        None => run.cursor_id().and_then(|cursor| cursor.parse().ok()),
+    let cursor: Option<u64> = run.cursor_id().and_then(|cursor| cursor.parse().ok());
+    let overlap = chrono::Duration::from_std(CURSOR_OVERLAP).unwrap_or(chrono::Duration::zero());
+    let floor = match (run.request.since, cursor, run.cursor_at()) {
+        (None, Some(_), Some(at)) => Floor::At(at.checked_sub_signed(overlap).unwrap_or(at)),
+        (None, Some(id), None) => Floor::After(id),
+        (since, _, _) => Floor::At(run.window_start(since.unwrap_or(DELIVERIES_HORIZON))),
     };
-    let start = match (run.request.since, stop_at) {
-        (None, Some(_)) => None,
-        (since, _) => Some(run.window_start(since.unwrap_or(DELIVERIES_HORIZON))),
+    // A window (`--since`) that does not reach back to the cursor leaves a
+    // gap the cursor must not jump.
+    let no_gap = match (run.request.since, run.cursor_at()) {
+        (Some(since), Some(at)) => at >= run.window_start(since),
+        _ => true,
     };
-    let (events, order, newest) = read_log(api, run, start, stop_at).await?;
+    let Scan {
+        anchors,
+        mut newest_page,
+        mut oldest_page,
+    } = scan(api, run, floor).await?;
+    let mut handled = Handled {
+        guids: HashSet::new(),
+        cursor,
+        moves: no_gap,
+    };
+    for (k, anchor) in anchors.iter().enumerate().rev() {
+        // A page behind the cursor (the margin read again) holds nothing a
+        // run has not read: it does not count toward the page cap, so a run
+        // always gets past it.
+        let behind = cursor.is_some_and(|cursor| anchor.high <= cursor);
+        if !behind {
+            run.check_page_cap()?;
+        }
+        let upper = k.checked_sub(1).map(|newer| anchors[newer].low);
+        let page = if k + 1 == anchors.len() {
+            std::mem::take(&mut oldest_page)
+        } else if k == 0 {
+            std::mem::take(&mut newest_page)
+        } else {
+            read_down_to(api, run, anchor).await?
+        };
+        let stretch: Vec<Delivery> = page
+            .into_iter()
+            .filter(|delivery| {
+                delivery.id >= anchor.low
+                    && upper.is_none_or(|upper| delivery.id < upper)
+                    && !floor.below(delivery)
+            })
+            .collect();
+        handle_stretch(api, run, &filter, &mut handled, stretch).await?;
+        if behind {
+            run.scan_page_done();
+        } else {
+            run.page_done();
+        }
+    }
+    run.summary.complete = true;
+    Ok(())
+}
+
+/// Down the log by its `Link` header until the floor, holding only the
+/// last page: each page must be older than the one before (else the
+/// answer makes no progress).
+async fn scan(
+    api: &GitHubApi,
+    run: &mut RunContext<'_>,
+    floor: Floor,
+) -> Result<Scan, ReconcileError> {
+    let mut url = api.url(&api.hook.deliveries_path());
+    url.query_pairs_mut()
+        .append_pair("per_page", &api.page_size.to_string());
+    let mut scan = Scan::default();
+    loop {
+        run.check_scan_cap(&format!("GET {url}"))?;
+        let below = scan.anchors.last().map(|anchor| anchor.low);
+        let (page, next) = read_page(api, run, &url, below).await?;
+        run.scan_page_done();
+        let ids = page.iter().map(|delivery| delivery.id);
+        let (Some(low), Some(high)) = (ids.clone().min(), ids.max()) else {
+            return Ok(scan);
+        };
+        let reached_floor = page.iter().any(|delivery| floor.below(delivery));
+        scan.anchors.push(Anchor {
+            url: url.clone(),
+            low,
+            high,
+        });
+        if scan.anchors.len() == 1 {
+            scan.newest_page.clone_from(&page);
+        }
+        scan.oldest_page = page;
+        match next {
+            Some(next) if !reached_floor => url = next,
+            _ => return Ok(scan),
+        }
+    }
+}
+
+/// The page at `anchor` read again, and the pages after it until its
+/// oldest delivery (deliveries listed since the way down push it on).
+async fn read_down_to(
+    api: &GitHubApi,
+    run: &mut RunContext<'_>,
+    anchor: &Anchor,
+) -> Result<Vec<Delivery>, ReconcileError> {
+    let mut url = anchor.url.clone();
+    let mut read: Vec<Delivery> = Vec::new();
+    loop {
+        let below = read.iter().map(|delivery| delivery.id).min();
+        if below.is_some() {
+            // Past the page itself: pushed on by deliveries listed since.
+            run.check_scan_cap(&format!("GET {url}"))?;
+            run.scan_page_done();
+        }
+        let (page, next) = read_page(api, run, &url, below).await?;
+        let reached = page.iter().any(|delivery| delivery.id <= anchor.low);
+        let empty = page.is_empty();
+        read.extend(page);
+        match next {
+            Some(next) if !reached && !empty => url = next,
+            _ => return Ok(read),
+        }
+    }
+}
+
+/// One page of the log and its `next` address (on the API's origin).
+/// `below`: the oldest delivery of the page before, which every delivery
+/// of this one must be older than.
+async fn read_page(
+    api: &GitHubApi,
+    run: &mut RunContext<'_>,
+    url: &Url,
+    below: Option<u64>,
+) -> Result<(Vec<Delivery>, Option<Url>), ReconcileError> {
+    let request = api.request(ApiRequest::get(url.clone()))?;
+    let response = run.send(&request).await?;
+    let page: Vec<Delivery> = answer(&request, &response)?.json(&request.what())?;
+    let next = next_link(&response.headers)
+        .map(|next| same_origin(api, &request, &next))
+        .transpose()?;
+    let stuck = |reason: &str| ReconcileError::NoProgress {
+        what: request.what(),
+        reason: reason.to_owned(),
+    };
+    if page.is_empty() && next.is_some() {
+        return Err(stuck("an empty page with a next page"));
+    }
+    if below.is_some_and(|below| page.iter().any(|delivery| delivery.id >= below)) {
+        return Err(stuck(
+            "the next page holds deliveries no older than the page before (the same page again, or it went backward)",
+        ));
+    }
+    Ok((page, next))
+}
+
+/// Recover one stretch of the log, oldest event first, then move the cursor
+/// to its newest delivery (unless a recovery failed, or a gap is behind).
+async fn handle_stretch(
+    api: &GitHubApi,
+    run: &mut RunContext<'_>,
+    filter: &KindFilter,
+    handled: &mut Handled,
+    mut stretch: Vec<Delivery>,
+) -> Result<(), ReconcileError> {
+    stretch.sort_by_key(|delivery| delivery.id);
+    let mut events: HashMap<&str, EventAttempts> = HashMap::new();
+    let mut order: Vec<&str> = Vec::new();
+    for delivery in &stretch {
+        let delivered = (200..300).contains(&delivery.status_code);
+        let attempts = events.entry(delivery.guid.as_str()).or_insert_with(|| {
+            order.push(delivery.guid.as_str());
+            EventAttempts {
+                kind: delivery.event.clone(),
+                delivered: false,
+                newest: delivery.id,
+            }
+        });
+        attempts.delivered |= delivered;
+        attempts.newest = attempts.newest.max(delivery.id);
+    }
     for guid in order {
-        let Some(attempts) = events.get(&guid) else {
+        let Some(attempts) = events.get(guid) else {
             continue;
         };
+        if !handled.guids.insert(guid.to_owned()) {
+            continue;
+        }
         if !filter.takes(&attempts.kind) {
             run.summary.not_handled += 1;
             continue;
         }
-        recover(api, run, &guid, attempts).await?;
+        recover(api, run, guid, attempts).await?;
     }
-    run.summary.complete = true;
-    // A window (`--since`) that does not reach back to the cursor leaves a
-    // gap the cursor must not jump.
-    let no_gap = match (start, run.cursor_at()) {
-        (Some(start), Some(at)) => at >= start,
-        _ => true,
+    let Some(newest) = stretch.last() else {
+        return Ok(());
     };
-    if let Some((id, at)) = newest {
-        if run.summary.failed == 0 && no_gap && stop_at.is_none_or(|stop| id > stop) {
-            run.advance(&id.to_string(), Some(at)).await?;
-        }
+    let moves_on = handled.cursor.is_none_or(|cursor| newest.id > cursor);
+    if handled.moves && run.summary.failed == 0 && moves_on {
+        run.advance(&newest.id.to_string(), Some(newest.delivered_at))
+            .await?;
+        handled.cursor = Some(newest.id);
     }
     Ok(())
-}
-
-/// The log from now back to `start` or to the cursor: each GUID's
-/// attempts, the GUIDs oldest first, and the newest delivery.
-async fn read_log(
-    api: &GitHubApi,
-    run: &mut RunContext<'_>,
-    start: Option<DateTime<Utc>>,
-    stop_at: Option<u64>,
-) -> Result<
-    (
-        HashMap<String, EventAttempts>,
-        Vec<String>,
-        Option<(u64, DateTime<Utc>)>,
-    ),
-    ReconcileError,
-> {
-    let mut url = api.url(&api.hook.deliveries_path());
-    url.query_pairs_mut()
-        .append_pair("per_page", &api.page_size.to_string());
-    let mut events: HashMap<String, EventAttempts> = HashMap::new();
-    let mut order = Vec::new();
-    let mut newest = None;
-    loop {
-        let request = api.request(ApiRequest::get(url.clone()))?;
-        let response = run.send(&request).await?;
-        let page: Vec<Delivery> = answer(&request, &response)?.json(&request.what())?;
-        let mut reached_end = page.is_empty();
-        for delivery in page {
-            let before_start = start.is_some_and(|start| delivery.delivered_at < start);
-            if stop_at.is_some_and(|stop| delivery.id <= stop) || before_start {
-                reached_end = true;
-                break;
-            }
-            newest.get_or_insert((delivery.id, delivery.delivered_at));
-            let delivered = (200..300).contains(&delivery.status_code);
-            match events.get_mut(&delivery.guid) {
-                Some(attempts) => attempts.delivered |= delivered,
-                None => {
-                    order.push(delivery.guid.clone());
-                    events.insert(
-                        delivery.guid,
-                        EventAttempts {
-                            kind: delivery.event,
-                            delivered,
-                            newest: delivery.id,
-                        },
-                    );
-                }
-            }
-        }
-        run.page_done();
-        let next = next_link(&response.headers);
-        match next {
-            Some(next) if !reached_end => url = same_origin(api, &request, &next)?,
-            _ => break,
-        }
-    }
-    order.reverse();
-    Ok((events, order, newest))
 }
 
 /// Redeliver or fetch one event that no delivery brought in.

@@ -45,11 +45,15 @@ mod kind_filter;
 mod link_header;
 mod progress;
 mod run_context;
+mod run_limits;
 mod shopify;
 mod stripe;
 
+use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
 use std::time::Duration;
+
+use futures_util::FutureExt;
 
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
@@ -60,6 +64,7 @@ pub use error::ReconcileError;
 pub use github::{GitHubApi, GitHubHook, GitHubRecovery, TokenSource, DELIVERIES_HORIZON};
 pub use progress::{LogProgress, NoProgress, Progress};
 pub use run_context::RunRequest;
+pub use run_limits::{RunLimits, DEFAULT_MAX_DURATION, DEFAULT_MAX_PAGES};
 pub use shopify::{graphql_topic, ShopifyApi};
 pub use stripe::{StripeApi, DEFAULT_FIRST_LOOKBACK, EVENTS_HORIZON};
 
@@ -100,6 +105,7 @@ pub struct Reconciler {
     owner: String,
     lease_for: Duration,
     clock: Clock,
+    limits: RunLimits,
 }
 
 impl Reconciler {
@@ -112,6 +118,7 @@ impl Reconciler {
             owner: default_owner(),
             lease_for: DEFAULT_LEASE,
             clock: Clock::system(),
+            limits: RunLimits::default(),
         })
     }
 
@@ -154,6 +161,19 @@ impl Reconciler {
     /// How long a lease lasts between two requests (default [`DEFAULT_LEASE`]).
     pub fn with_lease(mut self, lease_for: Duration) -> Self {
         self.lease_for = lease_for;
+        self
+    }
+
+    /// Each run's caps: pages, time, and what a pulled event may hold
+    /// (default [`RunLimits::default`]: 500 pages, 10 minutes, 1 MiB). A run
+    /// always gets at least one page and one second, so that it can make
+    /// progress.
+    pub fn with_run_limits(mut self, limits: RunLimits) -> Self {
+        self.limits = RunLimits {
+            max_pages: limits.max_pages.max(1),
+            max_duration: limits.max_duration.max(Duration::from_secs(1)),
+            ..limits
+        };
         self
     }
 
@@ -210,19 +230,47 @@ impl Reconciler {
             lease_for: self.lease_for,
             summary: ReconcileSummary::new(source, api.name(), request.dry_run),
             pages: 0,
+            scan_pages: 0,
+            limits: &self.limits,
+            deadline: deadline_after(self.limits.max_duration),
             now: self.clock.now(),
         };
-        let outcome = async {
+        // A panic in a run (a provider's answer no one foresaw, a token
+        // source of the user's) ends that run like an error: the lease is
+        // given back with the summary, and the schedule goes on.
+        let outcome = AssertUnwindSafe(async {
             match api {
                 ProviderApi::Stripe(api) => stripe::pull(api, &mut run).await,
                 ProviderApi::GitHub(api) => github::pull(api, &mut run).await,
                 ProviderApi::Shopify(api) => shopify::check(api, &mut run).await,
             }
-        }
+        })
+        .catch_unwind()
         .instrument(span)
-        .await;
+        .await
+        .unwrap_or_else(|panic| {
+            Err(ReconcileError::Panicked {
+                message: panic_message(panic.as_ref()),
+            })
+        });
+        // A cap ends the run cleanly: the cursor is at what was fully read,
+        // and the next run continues from it.
+        let outcome = match outcome {
+            Err(cap @ ReconcileError::CapReached { .. }) => {
+                run.summary.complete = false;
+                run.note(cap.to_string());
+                Ok(())
+            }
+            other => other,
+        };
         if let Err(error) = &outcome {
             run.summary.notes.push(error.to_string());
+        }
+        if request.kinds.is_some() && !request.dry_run {
+            run.summary.notes.push(
+                "a run filtered to some kinds leaves the cursor where it was: it did not read the others"
+                    .to_owned(),
+            );
         }
         self.finish(&run, &outcome).await?;
         outcome.map(|()| run.summary)
@@ -268,27 +316,22 @@ impl Reconciler {
 
     /// Reconcile every source now, then again every `every` (with up to a
     /// tenth more, at random, so a fleet's processes do not line up), until
-    /// `shutdown`. A source another process is reconciling is skipped for
-    /// that round; a failed run is logged and tried again next round.
+    /// `shutdown`. Each source's run is on a task of its own and bounded by
+    /// the run's caps ([`RunLimits`]), so a stuck source holds the others
+    /// back no longer than its time cap. A source another process is
+    /// reconciling is skipped for that round; a failed run, or one that
+    /// panicked, is logged and tried again next round.
     pub async fn run_every(&self, every: Duration, shutdown: CancellationToken) {
         loop {
             for source in self.sources().map(str::to_owned).collect::<Vec<_>>() {
                 if shutdown.is_cancelled() {
                     return;
                 }
-                let request = RunRequest::default();
-                match self.run(&source, &request, &LogProgress, &shutdown).await {
-                    Ok(summary) => {
-                        tracing::info!(source = %source, counts = %summary.line(), "reconcile: run done")
-                    }
-                    Err(ReconcileError::Busy { .. }) => {
-                        tracing::debug!(source = %source, "reconcile: another process holds the lease");
-                    }
-                    Err(ReconcileError::Cancelled) => return,
-                    Err(error) => tracing::warn!(source = %source, %error, "reconcile: run failed"),
+                if self.run_scheduled(&source, &shutdown).await.is_break() {
+                    return;
                 }
             }
-            let pause = every.mul_f64(1.0 + crate::jitter::unit() / 10.0);
+            let pause = jittered(every);
             tokio::select! {
                 () = shutdown.cancelled() => return,
                 () = tokio::time::sleep(pause) => {}
@@ -296,11 +339,69 @@ impl Reconciler {
         }
     }
 
+    /// One scheduled run of `source`, on a task of its own so that a panic
+    /// in it ends that run, not the schedule. `Break` on shutdown.
+    async fn run_scheduled(
+        &self,
+        source: &str,
+        shutdown: &CancellationToken,
+    ) -> std::ops::ControlFlow<()> {
+        let reconciler = self.clone();
+        let task_source = source.to_owned();
+        let cancel = shutdown.clone();
+        let task = tokio::spawn(async move {
+            let request = RunRequest::default();
+            reconciler
+                .run(&task_source, &request, &LogProgress, &cancel)
+                .await
+        });
+        match task.await {
+            Ok(Ok(summary)) => {
+                tracing::info!(source = %source, counts = %summary.line(), "reconcile: run done");
+            }
+            Ok(Err(ReconcileError::Busy { .. })) => {
+                tracing::debug!(source = %source, "reconcile: another process holds the lease");
+            }
+            Ok(Err(ReconcileError::Cancelled)) => return std::ops::ControlFlow::Break(()),
+            Ok(Err(error)) => {
+                tracing::warn!(source = %source, %error, "reconcile: run failed; it runs again next round");
+            }
+            Err(panicked) => {
+                tracing::error!(source = %source, error = %panicked, "reconcile: the run panicked; it runs again next round (its lease lapses)");
+            }
+        }
+        std::ops::ControlFlow::Continue(())
+    }
+
     /// [`run_every`](Self::run_every) on a task of its own, beside the
     /// worker.
     pub fn spawn_every(self, every: Duration, shutdown: CancellationToken) -> JoinHandle<()> {
         tokio::spawn(async move { self.run_every(every, shutdown).await })
     }
+}
+
+/// What a panic said, when it said it in words.
+fn panic_message(panic: &(dyn std::any::Any + Send)) -> String {
+    panic
+        .downcast_ref::<&str>()
+        .map(|text| (*text).to_owned())
+        .or_else(|| panic.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "a panic without a message".to_owned())
+}
+
+/// When a run that starts now must end; a cap too large for the clock is
+/// no cap.
+fn deadline_after(max: Duration) -> tokio::time::Instant {
+    let now = tokio::time::Instant::now();
+    now.checked_add(max)
+        .unwrap_or_else(|| now + Duration::from_secs(100 * 365 * 24 * 3600))
+}
+
+/// `every` and up to a tenth more, at random; never panics, whatever
+/// `every` is.
+fn jittered(every: Duration) -> Duration {
+    let factor = 1.0 + crate::jitter::unit() / 10.0;
+    Duration::try_from_secs_f64(every.as_secs_f64() * factor).unwrap_or(every)
 }
 
 /// `host:pid:random`: unique per process, readable in `tickmark reconcile --status`.

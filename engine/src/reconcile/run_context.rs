@@ -10,11 +10,17 @@ use tokio_util::sync::CancellationToken;
 use super::api_client::{ApiClient, ApiRequest, ApiResponse, AttemptFailure, RetryLoop};
 use super::error::ReconcileError;
 use super::progress::Progress;
+use super::run_limits::RunLimits;
 use crate::engine::Engine;
 use crate::event::NewEvent;
+use crate::event_limits::{text_problem, MAX_ID_BYTES, MAX_KIND_BYTES};
 use crate::inbox::Accepted;
 use crate::reconcile_summary::ReconcileSummary;
 use crate::store::{ReconcileCursor, ReconcileLease};
+
+/// How many pages a run may read back to find where to start, per page of
+/// its page cap.
+pub(crate) const SCAN_PAGES_PER_PAGE: u64 = 10;
 
 /// What the caller asks of one run.
 #[derive(Debug, Clone, Default)]
@@ -28,7 +34,9 @@ pub struct RunRequest {
     pub dry_run: bool,
     /// Take these kinds instead of the handlers' (`Some` of an empty list:
     /// every kind, as a dry run of the generic `tickmark` binary, which has
-    /// no handlers, does).
+    /// no handlers, does). A run given kinds leaves the cursor where it is:
+    /// the cursor is shared by every kind, and this run did not read the
+    /// others.
     pub kinds: Option<Vec<String>>,
 }
 
@@ -46,7 +54,17 @@ pub(crate) struct RunContext<'a> {
     pub cancel: &'a CancellationToken,
     pub lease_for: Duration,
     pub summary: ReconcileSummary,
+    /// Pages read so far, of every kind (the progress shows it).
     pub pages: u64,
+    /// Of those, the pages that only found where to start (Stripe's window
+    /// and GitHub's log, read down before they are handled oldest first):
+    /// they hold nothing for long and record nothing, so they count toward
+    /// their own, larger cap, not the page cap.
+    pub scan_pages: u64,
+    /// The run's caps: pages, time, what a pulled event may hold.
+    pub limits: &'a RunLimits,
+    /// When the run must end (its time cap), by the real clock.
+    pub deadline: tokio::time::Instant,
     /// When the run began, by the reconciler's clock: windows reach back
     /// from it.
     pub now: DateTime<Utc>,
@@ -61,10 +79,62 @@ impl RunContext<'_> {
         Ok(())
     }
 
+    /// Stop here when the run's time is up.
+    pub fn check_deadline(&self) -> Result<(), ReconcileError> {
+        if tokio::time::Instant::now() >= self.deadline {
+            return Err(self.time_cap());
+        }
+        Ok(())
+    }
+
+    fn time_cap(&self) -> ReconcileError {
+        ReconcileError::CapReached {
+            cap: format!(
+                "time cap ({})",
+                humantime::format_duration(self.limits.max_duration)
+            ),
+        }
+    }
+
+    /// Before each page that records or recovers: stop when the run has
+    /// handled as many pages as it may.
+    pub fn check_page_cap(&self) -> Result<(), ReconcileError> {
+        if self.pages - self.scan_pages >= self.limits.max_pages {
+            return Err(ReconcileError::CapReached {
+                cap: format!("page cap ({} pages)", self.limits.max_pages),
+            });
+        }
+        Ok(())
+    }
+
+    /// Before each page that only finds where to start: stop when the way
+    /// down is longer than [`SCAN_PAGES_PER_PAGE`] times the page cap. Unlike
+    /// the page cap this is an error: the next run would not get further.
+    pub fn check_scan_cap(&self, what: &str) -> Result<(), ReconcileError> {
+        let most = self.limits.max_pages.saturating_mul(SCAN_PAGES_PER_PAGE);
+        if self.scan_pages >= most {
+            return Err(ReconcileError::NoProgress {
+                what: what.to_owned(),
+                reason: format!(
+                    "{most} pages read back without reaching the cursor or the window's start; \
+                     raise RunLimits::max_pages, or give a shorter --since"
+                ),
+            });
+        }
+        Ok(())
+    }
+
+    /// A page that only found where to start was read.
+    pub fn scan_page_done(&mut self) {
+        self.scan_pages += 1;
+        self.page_done();
+    }
+
     /// Extend the lease before the next request, so a process whose lease
     /// lapsed (another took it) stops before it pulls again.
     pub async fn keep_lease(&self) -> Result<(), ReconcileError> {
         self.check_cancelled()?;
+        self.check_deadline()?;
         if let Some(lease) = &self.lease {
             let store = self.engine.store();
             store.reconcile_lease_extend(lease, self.lease_for).await?;
@@ -80,7 +150,14 @@ impl RunContext<'_> {
         let mut retries = RetryLoop::new(self.client.settings(), request);
         loop {
             self.keep_lease().await?;
-            let (reason, asked) = match self.client.send_once(request, self.cancel).await {
+            // The time cap cuts an attempt short too: a provider that never
+            // answers holds the run no longer than the cap.
+            let attempt = tokio::select! {
+                biased;
+                () = tokio::time::sleep_until(self.deadline) => return Err(self.time_cap()),
+                attempt = self.client.send_once(request, self.cancel) => attempt,
+            };
+            let (reason, asked) = match attempt {
                 Ok(response) => return Ok(response),
                 Err(AttemptFailure::Stop(error)) => return Err(error),
                 Err(AttemptFailure::Retry { reason, wait }) => (reason, wait),
@@ -89,18 +166,29 @@ impl RunContext<'_> {
             tokio::select! {
                 biased;
                 () = self.cancel.cancelled() => return Err(ReconcileError::Cancelled),
+                () = tokio::time::sleep_until(self.deadline) => return Err(self.time_cap()),
                 () = tokio::time::sleep(wait) => {}
             }
         }
     }
 
+    /// Whether this run may move the source's cursor: not a dry run, and
+    /// not a run filtered to some kinds (`--type`), which did not read the
+    /// others the cursor also stands for.
+    pub fn moves_cursor(&self) -> bool {
+        self.lease.is_some() && self.request.kinds.is_none()
+    }
+
     /// Move the cursor to `cursor` (created at `at`), fenced by the lease;
-    /// a dry run moves nothing.
+    /// a dry run, or one filtered to some kinds, moves nothing.
     pub async fn advance(
         &self,
         cursor: &str,
         at: Option<DateTime<Utc>>,
     ) -> Result<(), ReconcileError> {
+        if !self.moves_cursor() {
+            return Ok(());
+        }
         if let Some(lease) = &self.lease {
             let store = self.engine.store();
             store
@@ -112,7 +200,10 @@ impl RunContext<'_> {
 
     /// The start of a window reaching `back` from the run's start.
     pub fn window_start(&self, back: Duration) -> DateTime<Utc> {
-        self.now - chrono::Duration::from_std(back).unwrap_or(chrono::Duration::MAX)
+        chrono::Duration::from_std(back)
+            .ok()
+            .and_then(|back| self.now.checked_sub_signed(back))
+            .unwrap_or(DateTime::<Utc>::MIN_UTC)
     }
 
     /// The cursor the run began from.
@@ -145,6 +236,10 @@ impl RunContext<'_> {
         payload: serde_json::Value,
     ) -> Result<(), ReconcileError> {
         self.summary.seen += 1;
+        if let Some(reason) = self.refusal(id, kind, &payload) {
+            self.refuse(id, &reason);
+            return Ok(());
+        }
         if self.request.dry_run {
             if self.inbox_has(id).await? {
                 self.summary.already_had += 1;
@@ -169,6 +264,48 @@ impl RunContext<'_> {
             }
         }
         Ok(())
+    }
+
+    /// Why the receiver would refuse this event, if it would: an id or kind
+    /// it does not accept, or a body over its limit.
+    fn refusal(&self, id: &str, kind: &str, payload: &serde_json::Value) -> Option<String> {
+        if let Some(problem) = text_problem(id, MAX_ID_BYTES) {
+            return Some(format!(
+                "its id is {problem} (1 to {MAX_ID_BYTES} bytes, no control characters)"
+            ));
+        }
+        if let Some(problem) = text_problem(kind, MAX_KIND_BYTES) {
+            return Some(format!(
+                "its kind is {problem} (1 to {MAX_KIND_BYTES} bytes, no control characters)"
+            ));
+        }
+        let bytes = serde_json::to_vec(payload).map_or(usize::MAX, |body| body.len());
+        (bytes > self.limits.max_event_bytes).then(|| {
+            format!(
+                "it holds {bytes} bytes, over the {} the receiver takes",
+                self.limits.max_event_bytes
+            )
+        })
+    }
+
+    /// Count and log an event that is not recorded because the receiver
+    /// would refuse it; the first few are noted in the summary too.
+    fn refuse(&mut self, id: &str, reason: &str) {
+        const NOTED: u64 = 5;
+        self.summary.refused += 1;
+        let shown: String = id.chars().filter(|c| !c.is_control()).take(80).collect();
+        tracing::warn!(source = %self.source, event_id = %shown, %reason, "reconcile: a pulled event is not recorded");
+        if self.summary.refused <= NOTED {
+            self.summary.notes.push(format!(
+                "event {shown} not recorded: {reason}; the receiver refuses such an event too"
+            ));
+        }
+    }
+
+    /// Tell the progress the counts now, on the same page (a page held
+    /// from the way back, now handled).
+    pub fn report_progress(&self) {
+        self.progress.page(self.pages, &self.summary);
     }
 
     /// A page was read and handled: tell the progress.

@@ -11,9 +11,12 @@
 //! oldest first and the cursor moves to the page's newest event once the
 //! whole page is in the inbox: a run killed mid-page resumes with that page.
 //! With no cursor (a first run), or when asked for a window (`--since`), it
-//! pages *back* from now with `starting_after`, down to the window's start,
-//! and moves the cursor to the newest event only when every page was read
-//! and the window reaches back to the old cursor (no gap is skipped).
+//! pages *back* from now with `starting_after`, holding only the last page,
+//! down to the window's oldest page; records it oldest first, then pages
+//! forward from it as above: every event is recorded after every older one.
+//! A window moves the cursor only when it reaches back to the old cursor
+//! (no gap is skipped). A page that makes no progress (repeats, goes the
+//! wrong way, is empty and claims more) ends the run.
 //! <https://docs.stripe.com/api/pagination>
 //!
 //! A pulled event is recorded as the receiver records a pushed one: the
@@ -140,6 +143,23 @@ enum Forward {
     CursorGone,
 }
 
+/// An event a page starts from: its id and, when known, when it was made.
+#[derive(Debug, Clone)]
+struct Mark {
+    id: String,
+    created: Option<i64>,
+}
+
+/// Whether a forward walk moves the source's cursor as it goes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum CursorMoves {
+    /// Page by page: everything older is in the inbox.
+    Yes,
+    /// Never: a window that does not reach back to the cursor leaves a gap
+    /// the cursor must not jump.
+    No,
+}
+
 /// Pull what the inbox is missing of `run.source` from Stripe.
 pub(crate) async fn pull(api: &StripeApi, run: &mut RunContext<'_>) -> Result<(), ReconcileError> {
     let filter = KindFilter::of(run);
@@ -148,61 +168,150 @@ pub(crate) async fn pull(api: &StripeApi, run: &mut RunContext<'_>) -> Result<()
         run.summary.complete = true;
         return Ok(());
     }
-    let cursor = run.cursor_id().map(str::to_owned);
+    let cursor = run.cursor_id().map(|id| Mark {
+        id: id.to_owned(),
+        created: run.cursor_at().map(|at| at.timestamp()),
+    });
     match (run.request.since, cursor) {
         (Some(since), _) => window(api, run, &filter, since.min(EVENTS_HORIZON)).await,
         (None, None) => window(api, run, &filter, api.first_lookback).await,
-        (None, Some(cursor)) => match forward(api, run, &filter, &cursor).await? {
-            Forward::Done => Ok(()),
-            Forward::CursorGone => {
-                run.note(format!(
-                    "Stripe no longer lists the cursor's event {cursor} (older than its 30 days): \
-                     read the whole 30 days instead; anything older cannot be recovered"
-                ));
-                // The gap behind the 30 days cannot be read: the window
-                // stands in for the cursor, which may move past it.
-                run.cursor = None;
-                window(api, run, &filter, EVENTS_HORIZON).await
+        (None, Some(cursor)) => {
+            match forward(api, run, &filter, cursor.clone(), CursorMoves::Yes).await? {
+                Forward::Done => Ok(()),
+                Forward::CursorGone => {
+                    run.note(format!(
+                        "Stripe no longer lists the cursor's event {} (older than its 30 days): \
+                     read the whole 30 days instead; anything older cannot be recovered",
+                        cursor.id
+                    ));
+                    // The gap behind the 30 days cannot be read: the window
+                    // stands in for the cursor, which may move past it.
+                    run.cursor = None;
+                    window(api, run, &filter, EVENTS_HORIZON).await
+                }
             }
-        },
+        }
     }
 }
 
-/// Page forward from `cursor`, oldest page first, moving the cursor after
-/// each whole page.
+/// Page forward from `from`, each page oldest first, moving the cursor
+/// (when `moves`) after each whole page.
 async fn forward(
     api: &StripeApi,
     run: &mut RunContext<'_>,
     filter: &KindFilter,
-    cursor: &str,
+    mut from: Mark,
+    moves: CursorMoves,
 ) -> Result<Forward, ReconcileError> {
-    let mut cursor = cursor.to_owned();
     loop {
-        let request = list_request(api, filter, PageFrom::NewerThan(&cursor), None);
+        run.check_page_cap()?;
+        let request = list_request(api, filter, PageFrom::NewerThan(&from.id), None);
         let response = run.send(&request).await?;
         if response.status.as_u16() == 404 && is_resource_missing(&response) {
             return Ok(Forward::CursorGone);
         }
         let page = page_of(&request, &response)?;
         let heads = heads_of(&request, &page)?;
+        check_forward(&request, &from, &page, &heads)?;
         // Newest first: handle the page oldest first.
         for (head, event) in heads.iter().zip(&page.data).rev() {
             take(run, filter, head, event).await?;
         }
         if let Some(newest) = heads.first() {
-            run.advance(&newest.id, created_at(newest.created)).await?;
-            cursor.clone_from(&newest.id);
+            if moves == CursorMoves::Yes {
+                advance_to(run, newest).await?;
+            }
+            from = Mark {
+                id: newest.id.clone(),
+                created: Some(newest.created),
+            };
         }
         run.page_done();
-        if !page.has_more || heads.is_empty() {
+        if !page.has_more {
             run.summary.complete = true;
             return Ok(Forward::Done);
         }
     }
 }
 
-/// Page back from now to `now - since`; move the cursor to the newest event
-/// when every page was read and no gap is left behind the window.
+/// A forward page must be newer than where it was asked to start, and an
+/// empty one cannot claim more: else reading on would never end (or would
+/// move the cursor back).
+fn check_forward(
+    request: &ApiRequest,
+    from: &Mark,
+    page: &EventPage,
+    heads: &[EventHead],
+) -> Result<(), ReconcileError> {
+    let stuck = |reason: &str| ReconcileError::NoProgress {
+        what: request.what(),
+        reason: reason.to_owned(),
+    };
+    if heads.is_empty() && page.has_more {
+        return Err(stuck("an empty page that claims more (has_more: true)"));
+    }
+    if heads.iter().any(|head| head.id == from.id) {
+        return Err(stuck(
+            "the page holds the event it was asked for the events newer than (the same page again)",
+        ));
+    }
+    if let Some(created) = from.created {
+        if heads.iter().any(|head| head.created < created) {
+            return Err(stuck(
+                "the page holds events older than the one it was asked for the events newer than (the cursor would go backward)",
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// A backward page must be older than the last one, and an empty one
+/// cannot claim more.
+fn check_backward(
+    request: &ApiRequest,
+    older_than: Option<&EventHead>,
+    page: &EventPage,
+    heads: &[EventHead],
+) -> Result<(), ReconcileError> {
+    let stuck = |reason: &str| ReconcileError::NoProgress {
+        what: request.what(),
+        reason: reason.to_owned(),
+    };
+    if heads.is_empty() && page.has_more {
+        return Err(stuck("an empty page that claims more (has_more: true)"));
+    }
+    if let Some(last) = older_than {
+        if heads.iter().any(|head| head.id == last.id) {
+            return Err(stuck(
+                "the page holds the event it was asked for the events older than (the same page again)",
+            ));
+        }
+        if heads.iter().any(|head| head.created > last.created) {
+            return Err(stuck(
+                "the page holds events newer than the one it was asked for the events older than (it went backward)",
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// Move the cursor to `newest`, unless the cursor is already past it.
+async fn advance_to(run: &RunContext<'_>, newest: &EventHead) -> Result<(), ReconcileError> {
+    let at = created_at(newest.created);
+    if run
+        .cursor_at()
+        .is_none_or(|cursor_at| at >= Some(cursor_at))
+    {
+        run.advance(&newest.id, at).await?;
+    }
+    Ok(())
+}
+
+/// The window from `now - since` to now, oldest first, with one page held
+/// at a time: page back to the window's oldest page (reading, not
+/// recording), record it, then page forward from it. The cursor moves with
+/// the forward pages only when the window reaches back to the old cursor
+/// (no gap is skipped).
 async fn window(
     api: &StripeApi,
     run: &mut RunContext<'_>,
@@ -210,37 +319,85 @@ async fn window(
     since: Duration,
 ) -> Result<(), ReconcileError> {
     let start = run.window_start(since);
-    let mut newest: Option<(String, i64)> = None;
-    let mut older_than: Option<String> = None;
+    let Some(OldestPage { page, heads, pages }) = oldest_page(api, run, filter, start).await?
+    else {
+        run.summary.complete = true;
+        return Ok(());
+    };
+    let moves = if run.cursor_at().is_none_or(|at| at >= start) {
+        CursorMoves::Yes
+    } else {
+        CursorMoves::No
+    };
+    for (head, event) in heads.iter().zip(&page.data).rev() {
+        take(run, filter, head, event).await?;
+    }
+    run.report_progress();
+    let Some(newest) = heads.first() else {
+        run.summary.complete = true;
+        return Ok(());
+    };
+    if moves == CursorMoves::Yes {
+        advance_to(run, newest).await?;
+    }
+    if pages == 1 {
+        // The window was one page: what came since, the next run reads.
+        run.summary.complete = true;
+        return Ok(());
+    }
+    let from = Mark {
+        id: newest.id.clone(),
+        created: Some(newest.created),
+    };
+    match forward(api, run, filter, from, moves).await? {
+        Forward::Done => Ok(()),
+        Forward::CursorGone => Err(ReconcileError::NoProgress {
+            what: "GET /v1/events".to_owned(),
+            reason: format!(
+                "the window's event {} dropped out of Stripe's 30 days while the run read it; \
+                 run again (a shorter --since avoids the edge)",
+                newest.id
+            ),
+        }),
+    }
+}
+
+/// The window's oldest page, and how many pages it took to reach it.
+struct OldestPage {
+    page: EventPage,
+    heads: Vec<EventHead>,
+    pages: u64,
+}
+
+/// Page back from now to the window's start, holding only the last page:
+/// the oldest (`None`: the window is empty).
+async fn oldest_page(
+    api: &StripeApi,
+    run: &mut RunContext<'_>,
+    filter: &KindFilter,
+    start: DateTime<Utc>,
+) -> Result<Option<OldestPage>, ReconcileError> {
+    let mut oldest: Option<OldestPage> = None;
+    let mut pages = 0;
     loop {
-        let from = PageFrom::OlderThan(older_than.as_deref());
+        run.check_scan_cap("GET /v1/events")?;
+        let older_than = oldest.as_ref().and_then(|held| held.heads.last());
+        let from = PageFrom::OlderThan(older_than.map(|head| head.id.as_str()));
         let request = list_request(api, filter, from, Some(start.timestamp()));
         let response = run.send(&request).await?;
         let page = page_of(&request, &response)?;
         let heads = heads_of(&request, &page)?;
-        for (head, event) in heads.iter().zip(&page.data) {
-            take(run, filter, head, event).await?;
+        check_backward(&request, older_than, &page, &heads)?;
+        pages += 1;
+        run.scan_page_done();
+        let more = page.has_more;
+        if !heads.is_empty() {
+            oldest = Some(OldestPage { page, heads, pages });
         }
-        if newest.is_none() {
-            newest = heads.first().map(|head| (head.id.clone(), head.created));
-        }
-        run.page_done();
-        match heads.last() {
-            Some(oldest) if page.has_more => older_than = Some(oldest.id.clone()),
-            _ => break,
-        }
-    }
-    run.summary.complete = true;
-    let no_gap = run.cursor_at().is_none_or(|at| at >= start);
-    if let Some((id, created)) = newest {
-        let moves_on = run
-            .cursor_at()
-            .is_none_or(|at| Some(at) < created_at(created));
-        if no_gap && moves_on {
-            run.advance(&id, created_at(created)).await?;
+        if !more {
+            return Ok(oldest);
         }
     }
-    Ok(())
 }
 
 /// Record one listed event, or count it as not handled.

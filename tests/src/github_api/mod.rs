@@ -124,12 +124,24 @@ impl Shared {
         id
     }
 
-    /// Post one delivery to `hook` and record it.
+    /// Post one delivery to `hook` and record it, stamped with the fake's
+    /// now as the attempt starts.
     async fn deliver(&self, hook: Hook, id: u64, attempt: Attempt) -> DeliveryRecord {
-        let (delivered_at, timeout) = {
-            let state = self.state();
-            (state.now, state.delivery_timeout)
-        };
+        let delivered_at = self.state().now;
+        self.deliver_started_at(hook, id, attempt, delivered_at)
+            .await
+    }
+
+    /// Post one delivery to `hook` and record it (listed from now on),
+    /// stamped `delivered_at`: when its attempt started.
+    async fn deliver_started_at(
+        &self,
+        hook: Hook,
+        id: u64,
+        attempt: Attempt,
+        delivered_at: i64,
+    ) -> DeliveryRecord {
+        let timeout = self.state().delivery_timeout;
         let outgoing = sender::Outgoing {
             url: hook.url.clone(),
             guid: attempt.guid.clone(),
@@ -173,6 +185,42 @@ impl Shared {
         };
         self.state().deliveries.push(record.clone());
         record
+    }
+}
+
+/// A delivery GitHub has started but not yet listed: see
+/// [`FakeGitHub::begin_send`].
+pub struct InFlightDelivery {
+    shared: Arc<Shared>,
+    hook: Hook,
+    id: u64,
+    attempt: Attempt,
+    started_at: i64,
+}
+
+impl InFlightDelivery {
+    /// Its delivery id (older than any delivery sent after it began).
+    pub fn id(&self) -> u64 {
+        self.id
+    }
+
+    /// Its event's guid.
+    pub fn guid(&self) -> &str {
+        &self.attempt.guid
+    }
+
+    /// Post it now and list it, stamped with the time it began.
+    pub async fn finish(self) -> SentDelivery {
+        let record = self
+            .shared
+            .deliver_started_at(self.hook, self.id, self.attempt, self.started_at)
+            .await;
+        SentDelivery {
+            id: record.id,
+            guid: record.guid,
+            status_code: record.status_code,
+            status: record.status,
+        }
     }
 }
 
@@ -358,6 +406,48 @@ impl FakeGitHub {
             status_code: record.status_code,
             status: record.status,
         }
+    }
+
+    /// Start sending `event` to `hook` as GitHub starts an attempt: its
+    /// delivery id and time are taken now, but it is posted, and listed,
+    /// only when the test calls [`InFlightDelivery::finish`]. Deliveries
+    /// sent in between have newer ids and are listed first: as GitHub lists
+    /// a delivery whose receiver is slow to answer (up to 10 s) after newer
+    /// ones. Panics on an unknown hook.
+    pub fn begin_send(&self, hook: HookRef, event: &str, payload: Value) -> InFlightDelivery {
+        let hook = self
+            .shared
+            .hook(&hook)
+            .unwrap_or_else(|| panic!("no hook {hook:?}"));
+        let body = serde_json::to_vec(&payload).expect("JSON serialises");
+        let attempt = Attempt {
+            guid: new_guid(),
+            event: event.to_owned(),
+            payload,
+            body,
+            redelivery: false,
+        };
+        let (id, started_at) = {
+            let mut state = self.shared.state();
+            (state.allocate_delivery_id(), state.now)
+        };
+        InFlightDelivery {
+            shared: Arc::clone(&self.shared),
+            hook,
+            id,
+            attempt,
+            started_at,
+        }
+    }
+
+    /// Answer the next `n` API requests with 200, `body` and, when given,
+    /// `link` as the `Link` header, whatever they ask: a broken or hostile
+    /// API (a page that repeats, an empty page with a next link).
+    pub fn answer_next_with(&self, n: usize, body: Value, link: Option<String>) {
+        self.shared
+            .state()
+            .faults
+            .push(n, Fault::Listing { body, link });
     }
 
     /// Wait until no delivery (a redelivery asked for through the API) is

@@ -83,14 +83,14 @@ async fn gate(State(shared): Shard, request: Request, next: Next) -> Response {
     let fault = {
         let mut state = shared.state();
         let now = state.now;
-        state.faults.take_next().map(|fault| fault.answer(now))
+        state.faults.take_next().map(|fault| fault.respond(now))
     };
     let version = request
         .headers()
         .get("x-github-api-version")
         .map(|v| String::from_utf8_lossy(v.as_bytes()).into_owned());
     let mut response = if let Some(fault) = fault {
-        fault.into_response()
+        fault
     } else if !authorised(request.headers(), &shared.token) {
         ApiError::BadCredentials.into_response()
     } else if let Some(version) = version.filter(|v| v != API_VERSION) {

@@ -55,6 +55,13 @@ pub enum ApiError {
         /// The `Retry-After` value, in whole seconds.
         retry_after_secs: u64,
     },
+    /// A 429 whose `Retry-After` says this text, as a broken or hostile
+    /// server might (`1e20`).
+    #[error("rate limited (Retry-After: {text})")]
+    RateLimitedSaying {
+        /// The `Retry-After` value, sent as it is.
+        text: String,
+    },
     /// A 5xx `api_error` with this status.
     #[error("api error (status {status})")]
     Server {
@@ -78,7 +85,9 @@ impl ApiError {
             Self::InvalidRequest { .. } => StatusCode::BAD_REQUEST,
             Self::Unauthorized { .. } => StatusCode::UNAUTHORIZED,
             Self::NoSuchEvent { .. } | Self::UnrecognizedUrl { .. } => StatusCode::NOT_FOUND,
-            Self::RateLimited { .. } => StatusCode::TOO_MANY_REQUESTS,
+            Self::RateLimited { .. } | Self::RateLimitedSaying { .. } => {
+                StatusCode::TOO_MANY_REQUESTS
+            }
             Self::Server { status } => {
                 StatusCode::from_u16(*status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR)
             }
@@ -106,7 +115,7 @@ impl ApiError {
                 None,
                 None,
             ),
-            Self::RateLimited { .. } => (
+            Self::RateLimited { .. } | Self::RateLimitedSaying { .. } => (
                 "invalid_request_error",
                 "Request rate limit exceeded. Learn more about rate limits here https://stripe.com/docs/rate-limits.".to_owned(),
                 Some("rate_limit"),
@@ -137,6 +146,11 @@ impl IntoResponse for ApiError {
             response
                 .headers_mut()
                 .insert("retry-after", HeaderValue::from(retry_after_secs));
+        }
+        if let Self::RateLimitedSaying { text } = self {
+            if let Ok(value) = HeaderValue::from_str(&text) {
+                response.headers_mut().insert("retry-after", value);
+            }
         }
         response
     }

@@ -224,6 +224,30 @@ impl FakeStripe {
         lock(&self.shared.faults).push(n, Fault::Status(status));
     }
 
+    /// The next `n` API requests are answered 200 with `body`, whatever
+    /// they ask: a broken or hostile API (see [`FakeStripe::list_page`]).
+    pub fn answer_next_with(&self, n: usize, body: Value) {
+        lock(&self.shared.faults).push(n, Fault::Body(body));
+    }
+
+    /// The next `n` API requests are answered 429 with `Retry-After: <text>`
+    /// as it is (`1e20`: what no real Stripe sends).
+    pub fn rate_limit_next_saying(&self, n: usize, text: &str) {
+        lock(&self.shared.faults).push(n, Fault::RetryAfterText(text.to_owned()));
+    }
+
+    /// A list page as `GET /v1/events` renders it, of the events `ids` (in
+    /// the order given; unknown ids are left out) and this `has_more`.
+    pub fn list_page(&self, ids: &[String], has_more: bool) -> Value {
+        let data: Vec<Value> = ids.iter().filter_map(|id| self.event_json(id)).collect();
+        json!({
+            "object": "list",
+            "url": "/v1/events",
+            "has_more": has_more,
+            "data": data,
+        })
+    }
+
     /// Every API request answered so far, oldest first.
     pub fn requests(&self) -> Vec<ApiRequest> {
         lock(&self.shared.log).clone()
@@ -297,7 +321,7 @@ fn route(
     headers: &HeaderMap,
 ) -> Result<Value, ApiError> {
     if let Some(fault) = lock(&shared.faults).take_next() {
-        return Err(fault.to_error());
+        return fault.answer();
     }
     auth::check(headers, API_KEY)?;
     let unrecognized = || ApiError::UnrecognizedUrl {

@@ -15,7 +15,7 @@ use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use chrono::{DateTime, Utc};
 use tickmark::receiver::providers::{GitHub, Stripe};
-use tickmark::reconcile::{ClientSettings, Reconciler};
+use tickmark::reconcile::{ClientSettings, Progress, ReconcileSummary, Reconciler};
 use tickmark::store::Clock;
 use tickmark::{Backend, Engine, Handler, Handlers, Receiver};
 use tickmark_tests::conformance::{engine, quick_worker};
@@ -138,4 +138,29 @@ pub async fn drain(engine: &Engine) {
 /// How often `event_id`'s step ran.
 pub async fn runs(db: &TestDb, event_id: &str) -> i64 {
     db.probe.runs(event_id, STEP).await
+}
+
+/// Calls `inject` once, after the run's `after`-th page: what the fake
+/// answers next is the test's.
+pub struct AfterPage {
+    after: u64,
+    armed: AtomicBool,
+    inject: Box<dyn Fn() + Send + Sync>,
+}
+
+/// An [`AfterPage`] that calls `inject` after page `after`.
+pub fn after_page(after: u64, inject: impl Fn() + Send + Sync + 'static) -> AfterPage {
+    AfterPage {
+        after,
+        armed: AtomicBool::new(true),
+        inject: Box::new(inject),
+    }
+}
+
+impl Progress for AfterPage {
+    fn page(&self, pages: u64, _summary: &ReconcileSummary) {
+        if pages == self.after && self.armed.swap(false, Ordering::SeqCst) {
+            (self.inject)();
+        }
+    }
 }

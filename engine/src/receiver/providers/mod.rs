@@ -75,11 +75,9 @@ pub use twilio::Twilio;
 
 pub(crate) use signature::kind_scoped_replay_key;
 
-/// Longest accepted event id, in bytes.
-pub const MAX_ID_BYTES: usize = 255;
-
-/// Longest accepted event kind, in bytes.
-pub const MAX_KIND_BYTES: usize = 255;
+/// The id and kind limits live below the receiver: the reconciler's pulled
+/// events meet them too.
+pub use crate::event_limits::{MAX_ID_BYTES, MAX_KIND_BYTES};
 
 /// Most signatures of one scheme accepted in a single signature header
 /// (Stripe `v1=` entries, Standard Webhooks `v1,` entries). More is treated

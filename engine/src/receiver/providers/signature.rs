@@ -10,6 +10,7 @@ use http::{HeaderMap, HeaderName, HeaderValue};
 use subtle::{Choice, ConstantTimeEq};
 
 use super::{ConfigError, Rejection, MAX_ID_BYTES, MAX_KIND_BYTES, MAX_TIMESTAMP_DIGITS};
+use crate::event_limits::text_problem;
 
 /// Key material for one signing secret. Its `Debug` never shows the bytes.
 #[derive(Clone)]
@@ -244,19 +245,6 @@ pub(crate) fn check_tolerance(
         });
     }
     Ok(())
-}
-
-/// Why a text is not acceptable as an id or kind, if it is not.
-fn text_problem(s: &str, max: usize) -> Option<&'static str> {
-    if s.is_empty() {
-        Some("empty")
-    } else if s.len() > max {
-        Some("too long")
-    } else if s.chars().any(char::is_control) {
-        Some("contains control characters")
-    } else {
-        None
-    }
 }
 
 /// An event id: non-empty, at most [`MAX_ID_BYTES`], no control characters
