@@ -47,6 +47,7 @@ mod progress;
 mod run_context;
 mod shopify;
 mod stripe;
+mod stripe_account;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -221,8 +222,19 @@ impl Reconciler {
         }
         .instrument(span)
         .await;
-        if let Err(error) = &outcome {
-            run.summary.notes.push(error.to_string());
+        match &outcome {
+            Ok(()) => {}
+            // Told to stop (shutdown): not a failure of the run.
+            Err(ReconcileError::Cancelled) => run
+                .summary
+                .notes
+                .push(ReconcileError::Cancelled.to_string()),
+            // Another process goes on from the cursor: not this one's to report.
+            Err(error) if error.is_lease_lost() => {}
+            Err(error) => {
+                self.engine.metrics().reconcile_run_failed(source);
+                run.summary.error = Some(error.to_string());
+            }
         }
         self.finish(&run, &outcome).await?;
         outcome.map(|()| run.summary)
@@ -269,7 +281,10 @@ impl Reconciler {
     /// Reconcile every source now, then again every `every` (with up to a
     /// tenth more, at random, so a fleet's processes do not line up), until
     /// `shutdown`. A source another process is reconciling is skipped for
-    /// that round; a failed run is logged and tried again next round.
+    /// that round; a failed run is logged, stored with the source's cursor
+    /// (its summary's `error`: `tickmark status`, the dashboard and
+    /// `/metrics` show it) and counted in
+    /// `tickmark_reconcile_runs_failed_total`, and tried again next round.
     pub async fn run_every(&self, every: Duration, shutdown: CancellationToken) {
         loop {
             for source in self.sources().map(str::to_owned).collect::<Vec<_>>() {

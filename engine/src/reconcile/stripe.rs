@@ -33,6 +33,7 @@ use super::base_url::{parse_base, trailing_slash};
 use super::error::ReconcileError;
 use super::kind_filter::KindFilter;
 use super::run_context::RunContext;
+use super::stripe_account::{check_lost_cursor, SourceAccount};
 
 /// How long Stripe keeps events listable: 30 days.
 /// <https://docs.stripe.com/api/events>
@@ -57,6 +58,10 @@ pub struct StripeApi {
     only_failed: bool,
     first_lookback: Duration,
     page_size: u32,
+    /// The mode the source's events are in, when configured.
+    livemode: Option<bool>,
+    /// The account the key must be, when configured.
+    account: Option<String>,
 }
 
 impl std::fmt::Debug for StripeApi {
@@ -66,6 +71,8 @@ impl std::fmt::Debug for StripeApi {
             .field("only_failed", &self.only_failed)
             .field("first_lookback", &self.first_lookback)
             .field("page_size", &self.page_size)
+            .field("livemode", &self.livemode)
+            .field("account", &self.account)
             .finish_non_exhaustive()
     }
 }
@@ -80,7 +87,46 @@ impl StripeApi {
             only_failed: false,
             first_lookback: DEFAULT_FIRST_LOOKBACK,
             page_size: MAX_PAGE,
+            livemode: None,
+            account: None,
         }
+    }
+
+    /// The source's events are live-mode (`true`) or test-mode (`false`)
+    /// events: a run refuses an event of the other mode (a key of the other
+    /// mode) before recording it. Unset, the mode is the one of the source's
+    /// newest events in the inbox (`stripe_account.rs`).
+    pub fn livemode(mut self, livemode: bool) -> Self {
+        self.livemode = Some(livemode);
+        self
+    }
+
+    /// The key must be account `account`'s (`acct_…`): each run asks
+    /// Stripe (`GET /v1/account`, which a restricted key needs read access
+    /// to) and refuses another account's key before reading any event.
+    pub fn for_account(mut self, account: impl Into<String>) -> Self {
+        self.account = Some(account.into());
+        self
+    }
+
+    /// The configured account, if any.
+    pub(crate) fn configured_account(&self) -> Option<&str> {
+        self.account.as_deref()
+    }
+
+    /// The configured mode, if any.
+    pub(crate) fn configured_livemode(&self) -> Option<bool> {
+        self.livemode
+    }
+
+    /// Where the API is.
+    pub(crate) fn base_url(&self) -> &Url {
+        &self.base_url
+    }
+
+    /// The key requests are sent with.
+    pub(crate) fn api_key(&self) -> &str {
+        &self.api_key
     }
 
     /// Another address for the API (a test server, a proxy).
@@ -148,13 +194,17 @@ pub(crate) async fn pull(api: &StripeApi, run: &mut RunContext<'_>) -> Result<()
         run.summary.complete = true;
         return Ok(());
     }
+    let account = SourceAccount::of(api, run).await?;
     let cursor = run.cursor_id().map(str::to_owned);
     match (run.request.since, cursor) {
-        (Some(since), _) => window(api, run, &filter, since.min(EVENTS_HORIZON)).await,
-        (None, None) => window(api, run, &filter, api.first_lookback).await,
-        (None, Some(cursor)) => match forward(api, run, &filter, &cursor).await? {
+        (Some(since), _) => window(api, run, &filter, &account, since.min(EVENTS_HORIZON)).await,
+        (None, None) => window(api, run, &filter, &account, api.first_lookback).await,
+        (None, Some(cursor)) => match forward(api, run, &filter, &account, &cursor).await? {
             Forward::Done => Ok(()),
             Forward::CursorGone => {
+                // Within the 30 days, a cursor Stripe does not know was read
+                // with another account's key: refuse, not 30 days of its events.
+                check_lost_cursor(run, &cursor)?;
                 run.note(format!(
                     "Stripe no longer lists the cursor's event {cursor} (older than its 30 days): \
                      read the whole 30 days instead; anything older cannot be recovered"
@@ -162,7 +212,7 @@ pub(crate) async fn pull(api: &StripeApi, run: &mut RunContext<'_>) -> Result<()
                 // The gap behind the 30 days cannot be read: the window
                 // stands in for the cursor, which may move past it.
                 run.cursor = None;
-                window(api, run, &filter, EVENTS_HORIZON).await
+                window(api, run, &filter, &account, EVENTS_HORIZON).await
             }
         },
     }
@@ -174,6 +224,7 @@ async fn forward(
     api: &StripeApi,
     run: &mut RunContext<'_>,
     filter: &KindFilter,
+    account: &SourceAccount,
     cursor: &str,
 ) -> Result<Forward, ReconcileError> {
     let mut cursor = cursor.to_owned();
@@ -187,7 +238,7 @@ async fn forward(
         let heads = heads_of(&request, &page)?;
         // Newest first: handle the page oldest first.
         for (head, event) in heads.iter().zip(&page.data).rev() {
-            take(run, filter, head, event).await?;
+            take(run, filter, account, head, event).await?;
         }
         if let Some(newest) = heads.first() {
             run.advance(&newest.id, created_at(newest.created)).await?;
@@ -207,6 +258,7 @@ async fn window(
     api: &StripeApi,
     run: &mut RunContext<'_>,
     filter: &KindFilter,
+    account: &SourceAccount,
     since: Duration,
 ) -> Result<(), ReconcileError> {
     let start = run.window_start(since);
@@ -219,7 +271,7 @@ async fn window(
         let page = page_of(&request, &response)?;
         let heads = heads_of(&request, &page)?;
         for (head, event) in heads.iter().zip(&page.data) {
-            take(run, filter, head, event).await?;
+            take(run, filter, account, head, event).await?;
         }
         if newest.is_none() {
             newest = heads.first().map(|head| (head.id.clone(), head.created));
@@ -243,13 +295,16 @@ async fn window(
     Ok(())
 }
 
-/// Record one listed event, or count it as not handled.
+/// Record one listed event, or count it as not handled; refuse one of
+/// another account or mode than the source's before anything is recorded.
 async fn take(
     run: &mut RunContext<'_>,
     filter: &KindFilter,
+    account: &SourceAccount,
     head: &EventHead,
     event: &serde_json::Value,
 ) -> Result<(), ReconcileError> {
+    account.check(run, event)?;
     if !filter.takes(&head.kind) {
         run.summary.not_handled += 1;
         return Ok(());
