@@ -231,7 +231,7 @@ async fn a_key_of_the_other_mode_records_nothing() {
     let over_window = run(&wrong, &window).await.expect_err("refused");
     let said = over_window.to_string();
     assert!(
-        said.contains("in test mode") && said.contains("the source's events are live mode"),
+        said.contains("a test-mode event") && said.contains("the source's events are live-mode"),
         "{said}"
     );
     assert!(said.contains("sk_live_"), "what to give instead: {said}");

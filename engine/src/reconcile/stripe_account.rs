@@ -115,17 +115,21 @@ impl SourceAccount {
 
     /// Refuse `event` unless it is of the source's mode and account.
     pub fn check(&self, run: &RunContext<'_>, event: &Value) -> Result<(), ReconcileError> {
+        // Every listed event has an id (`heads_of` checked it); `livemode`
+        // and `account` may be absent, and an event is judged by what it has.
         let Ok(whose) = Whose::deserialize(event) else {
-            // `heads_of` reports an event without an id; one without the
-            // fields is an older API's, and judged by what it has.
             return Ok(());
         };
         if let (Some(expected), Some(actual)) = (self.livemode, whose.livemode) {
             if expected != actual {
                 return Err(foreign(
                     run,
-                    format!("Stripe listed {} in {}", whose.id, mode(actual)),
-                    format!("the source's events are {} ({})", mode(expected), self.why),
+                    format!("Stripe listed {}, a {} event", whose.id, mode(actual)),
+                    format!(
+                        "the source's events are {} events ({})",
+                        mode(expected),
+                        self.why
+                    ),
                     format!(
                         "give the source's {} key ({}), or, if the source really takes {} \
                          events now, say so (StripeApi::livemode({actual}), `--stripe-mode {}`)",
@@ -231,11 +235,12 @@ fn foreign(run: &RunContext<'_>, found: String, expected: String, fix: String) -
     }
 }
 
+/// `live-mode` or `test-mode`, as Stripe's docs speak of events.
 fn mode(livemode: bool) -> &'static str {
     if livemode {
-        "live mode"
+        "live-mode"
     } else {
-        "test mode"
+        "test-mode"
     }
 }
 
