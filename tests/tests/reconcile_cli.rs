@@ -275,9 +275,9 @@ async fn status_warns_of_a_subscription_shopify_removed() {
 }
 
 /// `reconcile --status` and `--dry-run` only read: on a database without
-/// tickmark's schema (an empty SQLite file, a new PostgreSQL schema) they
-/// create nothing, no table and no `tickmark_migrations` row, and refuse
-/// (exit 4) saying to migrate first.
+/// tickmark's schema (an empty SQLite file, a new PostgreSQL schema) or with
+/// an older one, they create nothing, no table and no `tickmark_migrations`
+/// row, and refuse (exit 4) saying to migrate first.
 #[tokio::test]
 async fn read_only_reconcile_commands_leave_an_unmigrated_database_as_it_is() {
     let fake = fake_with_events(1).await;
@@ -309,6 +309,36 @@ async fn read_only_reconcile_commands_leave_an_unmigrated_database_as_it_is() {
             std::fs::metadata(&path).unwrap().len(),
             0,
             "the file is untouched after {args:?}"
+        );
+    }
+
+    // An older schema: the newest migration not applied yet (its history
+    // row removed, as a database an older tickmark migrated has it).
+    let db = TestDb::sqlite().await;
+    let newest = db
+        .probe
+        .scalar("SELECT max(version) FROM tickmark_migrations")
+        .await;
+    db.probe
+        .execute(&format!(
+            "DELETE FROM tickmark_migrations WHERE version = {newest}"
+        ))
+        .await;
+    for args in commands {
+        let out = run(generic(), &db, &fake, args).await;
+        refused(&out);
+        assert!(
+            out.stderr.contains(&format!("up to {}", newest - 1)),
+            "{out:?}"
+        );
+        assert_eq!(
+            db.probe
+                .scalar(&format!(
+                    "SELECT count(*) FROM tickmark_migrations WHERE version = {newest}"
+                ))
+                .await,
+            0,
+            "the newest migration is not applied by {args:?}"
         );
     }
 
