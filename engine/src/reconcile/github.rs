@@ -161,7 +161,8 @@ impl GitHubApi {
     }
 
     /// Another address for the API (GitHub Enterprise Server's
-    /// `https://HOST/api/v3`, a test server).
+    /// `https://HOST/api/v3`, a test server): `https://`, or `http://` on a
+    /// loopback host only (the token goes with every request).
     pub fn with_base_url(mut self, base_url: &str) -> Result<Self, ReconcileError> {
         self.base_url = parse_base(base_url)?;
         Ok(self)

@@ -129,7 +129,8 @@ impl StripeApi {
         &self.api_key
     }
 
-    /// Another address for the API (a test server, a proxy).
+    /// Another address for the API (a test server, a proxy): `https://`, or
+    /// `http://` on a loopback host only (the key goes with every request).
     pub fn with_base_url(mut self, base_url: &str) -> Result<Self, ReconcileError> {
         self.base_url = parse_base(base_url)?;
         Ok(self)
