@@ -176,9 +176,12 @@ pub mod receiver;
 pub mod reconcile;
 mod reconcile_summary;
 mod redact;
+#[cfg(any(feature = "receiver", feature = "reconcile"))]
+mod replay_key;
 mod resources;
 pub mod retry;
 pub mod runner;
+mod secret;
 #[cfg(feature = "serve")]
 #[cfg_attr(docsrs, doc(cfg(feature = "serve")))]
 pub mod serve;
@@ -206,6 +209,7 @@ pub use redact::redact_url;
 pub use resources::Resources;
 pub use retry::RetryPolicy;
 pub use runner::{Worker, WorkerConfig, WorkerConfigError, WorkerStats};
+pub use secret::SecretString;
 pub use step::{output, FailureKind, Step, StepError, StepResult, TerminalExt};
 pub use store::{connect, migrate, Backend, StepTransaction, Store, StoreError};
 

@@ -40,6 +40,12 @@ pub struct ReconcileSummary {
     /// What an operator should know about this run (a cursor past the
     /// provider's horizon, a page that failed), in words.
     pub notes: Vec<String>,
+    /// Why the run failed, in words, when it did (the provider's API
+    /// unreachable or refusing, a key of another account): the run ended
+    /// there, the cursor kept what was done, and the next run resumes from
+    /// it. The failure's time is the row's `last_run_finished_at`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
 }
 
 /// A webhook subscription the handlers need and the provider does not have.

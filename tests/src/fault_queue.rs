@@ -25,6 +25,11 @@ impl<F: Clone> FaultQueue<F> {
         self.queue.extend(std::iter::repeat_n(fault, n));
     }
 
+    /// Drop every fault still queued: the provider is healthy again.
+    pub fn clear(&mut self) {
+        self.queue.clear();
+    }
+
     /// The fault for this request, if one is queued.
     pub fn take_next(&mut self) -> Option<F> {
         self.queue.pop_front()

@@ -27,9 +27,13 @@ impl Run {
 }
 
 async fn run(binary: PathBuf, db: &TestDb, fake: &FakeStripe, args: &[&str]) -> Run {
+    run_on(binary, &db.url, fake, args).await
+}
+
+async fn run_on(binary: PathBuf, url: &str, fake: &FakeStripe, args: &[&str]) -> Run {
     let output = tokio::process::Command::new(binary)
         .arg("--database-url")
-        .arg(&db.url)
+        .arg(url)
         .args(args)
         .env("STRIPE_API_KEY", fake.api_key())
         .env("NO_COLOR", "1")
@@ -268,4 +272,89 @@ async fn status_warns_of_a_subscription_shopify_removed() {
             .contains("warning: shopify: Shopify has no subscription for orders/create"),
         "{listed:?}"
     );
+}
+
+/// `reconcile --status` and `--dry-run` only read: on a database without
+/// tickmark's schema (an empty SQLite file, a new PostgreSQL schema) or with
+/// an older one, they create nothing, no table and no `tickmark_migrations`
+/// row, and refuse (exit 4) saying to migrate first.
+#[tokio::test]
+async fn read_only_reconcile_commands_leave_an_unmigrated_database_as_it_is() {
+    let fake = fake_with_events(1).await;
+    let base = fake.base_url();
+    let commands: [&[&str]; 2] = [
+        &["reconcile", "--status"],
+        &[
+            "reconcile",
+            "--source",
+            "stripe",
+            "--dry-run",
+            "--api-base",
+            &base,
+        ],
+    ];
+    let refused = |out: &Run| {
+        assert_eq!(out.code, 4, "{out:?}");
+        assert!(out.stderr.contains("only reads"), "{out:?}");
+        assert!(out.stderr.contains("tickmark migrate"), "{out:?}");
+    };
+
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("empty.db");
+    std::fs::File::create(&path).unwrap();
+    let url = format!("sqlite://{}", path.display());
+    for args in commands {
+        refused(&run_on(generic(), &url, &fake, args).await);
+        assert_eq!(
+            std::fs::metadata(&path).unwrap().len(),
+            0,
+            "the file is untouched after {args:?}"
+        );
+    }
+
+    // An older schema: the newest migration not applied yet (its history
+    // row removed, as a database an older tickmark migrated has it).
+    let db = TestDb::sqlite().await;
+    let newest = db
+        .probe
+        .scalar("SELECT max(version) FROM tickmark_migrations")
+        .await;
+    db.probe
+        .execute(&format!(
+            "DELETE FROM tickmark_migrations WHERE version = {newest}"
+        ))
+        .await;
+    for args in commands {
+        let out = run(generic(), &db, &fake, args).await;
+        refused(&out);
+        assert!(
+            out.stderr.contains(&format!("up to {}", newest - 1)),
+            "{out:?}"
+        );
+        assert_eq!(
+            db.probe
+                .scalar(&format!(
+                    "SELECT count(*) FROM tickmark_migrations WHERE version = {newest}"
+                ))
+                .await,
+            0,
+            "the newest migration is not applied by {args:?}"
+        );
+    }
+
+    let Some(schema) = tickmark_tests::db::EmptySchema::new().await else {
+        return;
+    };
+    for args in commands {
+        refused(&run_on(generic(), &schema.url, &fake, args).await);
+    }
+    let mut conn = <sqlx::PgConnection as sqlx::Connection>::connect(&schema.url)
+        .await
+        .unwrap();
+    let tables: i64 =
+        sqlx::query_scalar("SELECT count(*) FROM pg_tables WHERE schemaname = current_schema()")
+            .fetch_one(&mut conn)
+            .await
+            .unwrap();
+    assert_eq!(tables, 0, "no table made, tickmark_migrations included");
 }

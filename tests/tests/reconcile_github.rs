@@ -174,6 +174,29 @@ async fn payloads_are_fetched_and_recorded_while_the_receiver_is_down() {
 
     // Back up: GitHub's redelivery of the first is a duplicate.
     receiver.set_down(false);
+    // And so is the second's signed body pushed under a new delivery id (a
+    // replay): the fetched event has the replay key its pushed copy has.
+    let body = serde_json::to_vec(&issue(1)).expect("JSON");
+    let replayed = tickmark_tests::http_client::HttpClient::new()
+        .send(
+            receiver.server.addr,
+            &Outgoing::post("/hooks/github", body.clone())
+                .header("content-type", "application/json")
+                .header("x-github-delivery", "a-guid-github-never-sent")
+                .header("x-github-event", GITHUB_KIND)
+                .header(
+                    "x-hub-signature-256",
+                    tickmark_tests::github_api::sender::signature_256(GITHUB_SECRET, &body),
+                ),
+        )
+        .await
+        .expect("the receiver answers");
+    assert_eq!(
+        (replayed.status, replayed.json()["status"].as_str()),
+        (200, Some("duplicate")),
+        "{:?}",
+        replayed.json()
+    );
     let redelivered = tickmark_tests::http_client::HttpClient::new()
         .send(
             fake.addr(),

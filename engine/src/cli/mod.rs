@@ -53,6 +53,8 @@ use crate::handler::Handlers;
 use crate::operator::AdminError;
 #[cfg(feature = "postgres")]
 use crate::store::postgres::{PostgresOptions, PostgresStore};
+#[cfg(feature = "sqlite")]
+use crate::store::sqlite::{SqliteOptions, SqliteStore};
 use crate::store::{MigrationError, Store, StoreError};
 
 /// The exit codes, once, for `--help` and [`EXIT_CODES`].
@@ -142,6 +144,31 @@ enum Command {
     Reconcile(reconcile::ReconcileArgs),
 }
 
+/// What a command may do to tickmark's schema when it opens the database.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum SchemaUse {
+    /// Bring it to this build's version first, as every tickmark process
+    /// that opens its own pool does.
+    Migrate,
+    /// Leave it as it is, and refuse any but this build's version: the
+    /// command only reads.
+    // Only `reconcile`'s views read only so far.
+    #[cfg_attr(not(feature = "reconcile"), allow(dead_code))]
+    ReadOnly,
+}
+
+impl Command {
+    /// Whether this command migrates: the reconcile views that only read
+    /// (`--status`, `--dry-run`) do not.
+    fn schema_use(&self) -> SchemaUse {
+        match self {
+            #[cfg(feature = "reconcile")]
+            Command::Reconcile(args) if args.reads_only() => SchemaUse::ReadOnly,
+            _ => SchemaUse::Migrate,
+        }
+    }
+}
+
 #[derive(Debug, Subcommand)]
 enum PlansCommand {
     /// List unfinished events whose stored plans name step types this build does not know
@@ -215,7 +242,7 @@ async fn dispatch(cli: Cli, out: Output, handlers: Option<Handlers>) -> Result<(
         )
     })?;
     let creates = matches!(cli.command, Command::Migrate);
-    let store = open(&url, creates).await?;
+    let store = open(&url, creates, cli.command.schema_use()).await?;
     match cli.command {
         Command::Migrate => migrate::run(store.as_ref(), out).await,
         Command::Status(args) => status::run(store.as_ref(), out, args).await,
@@ -228,10 +255,11 @@ async fn dispatch(cli: Cli, out: Output, handlers: Option<Handlers>) -> Result<(
     }
 }
 
-/// Connect (which applies the schema, as every tickmark process does). A
-/// SQLite file must already exist unless `creates`: a mistyped path would
-/// otherwise show an empty new database.
-async fn open(url: &str, creates: bool) -> Result<Arc<dyn Store>, Failure> {
+/// Connect (which applies the schema, as every tickmark process does, unless
+/// the command only reads: `schema`). A SQLite file must already exist
+/// unless `creates`: a mistyped path would otherwise show an empty new
+/// database.
+async fn open(url: &str, creates: bool, schema: SchemaUse) -> Result<Arc<dyn Store>, Failure> {
     if let Some(path) = sqlite_path(url) {
         if !creates && !std::path::Path::new(path).exists() {
             return Err(Failure::Other(format!(
@@ -240,11 +268,20 @@ async fn open(url: &str, creates: bool) -> Result<Arc<dyn Store>, Failure> {
             )));
         }
     }
-    let connected = connect_for_one_command(url).await;
+    let connected = connect_for_one_command(url, schema).await;
     connected.map_err(|error| match error {
         StoreError::UnsupportedUrl(_) | StoreError::BackendNotBuilt(_) => {
             Failure::Usage(error.to_string())
         }
+        StoreError::Migration(MigrationError::Unmigrated {
+            recorded, needed, ..
+        }) => Failure::Refused(format!(
+            "the database does not hold tickmark's schema at this build's version (recorded: \
+             {}; this build needs {needed}), and this command only reads: it changed nothing. \
+             Check --database-url (or DATABASE_URL); to bring the schema up, run `tickmark \
+             migrate` (or start the workers, which migrate), then run this again",
+            recorded.map_or_else(|| "none".to_owned(), |v| format!("up to {v}"))
+        )),
         StoreError::Migration(MigrationError::NewerSchema { recorded, .. }) => {
             migrate::newer_schema(url, recorded)
         }
@@ -261,14 +298,28 @@ async fn open(url: &str, creates: bool) -> Result<Arc<dyn Store>, Failure> {
 /// Connect as `tickmark::connect` does, but with a PostgreSQL pool sized for
 /// one command at a time, which may wait longer for a connection than a
 /// receiver that must answer quickly.
-async fn connect_for_one_command(url: &str) -> Result<Arc<dyn Store>, StoreError> {
+async fn connect_for_one_command(
+    url: &str,
+    schema: SchemaUse,
+) -> Result<Arc<dyn Store>, StoreError> {
     #[cfg(feature = "postgres")]
     if crate::store::backend_of(url) == Some(crate::Backend::Postgres) {
         let options = PostgresOptions {
             max_connections: 2,
             acquire_timeout: std::time::Duration::from_secs(10),
         };
-        let store = PostgresStore::connect_with(url, options).await?;
+        let store = match schema {
+            SchemaUse::Migrate => PostgresStore::connect_with(url, options).await?,
+            SchemaUse::ReadOnly => PostgresStore::connect_without_migrating(url, options).await?,
+        };
+        return Ok(Arc::new(store));
+    }
+    #[cfg(feature = "sqlite")]
+    if schema == SchemaUse::ReadOnly
+        && crate::store::backend_of(url) == Some(crate::Backend::Sqlite)
+    {
+        let options = SqliteOptions::default();
+        let store = SqliteStore::connect_without_migrating(url, options).await?;
         return Ok(Arc::new(store));
     }
     crate::store::connect(url).await

@@ -24,6 +24,7 @@ use crate::reconcile::{
     GitHubApi, GitHubHook, GitHubRecovery, Progress, ReconcileError, ReconcileSummary, Reconciler,
     RunLimits, RunRequest, ShopifyApi, StripeApi,
 };
+use crate::secret::SecretString;
 use crate::store::Store;
 
 pub(crate) const LONG_ABOUT: &str = "\
@@ -62,7 +63,8 @@ Examples:
 
 Progress (pages, counts) goes to stderr when it is a terminal, or with --progress; the
 summary (seen, already had, recorded, failed) to stdout. Exits 4 when another process holds
-the source's lease, 1 when the provider's API fails (the cursor keeps what was done).";
+the source's lease, or when the key is of another account or mode than the source's events
+(nothing of it is recorded), 1 when the provider's API fails (the cursor keeps what was done).";
 
 /// Which provider's API a source is read from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -73,6 +75,15 @@ pub(crate) enum ProviderName {
     Github,
     /// A Shopify shop's webhook subscriptions
     Shopify,
+}
+
+/// A Stripe mode, as `--stripe-mode` names it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub(crate) enum StripeMode {
+    /// Live mode (`livemode: true`; keys sk_live_..., rk_live_...)
+    Live,
+    /// Test mode, a sandbox (`livemode: false`; keys sk_test_..., rk_test_...)
+    Test,
 }
 
 #[derive(Debug, Args)]
@@ -110,7 +121,13 @@ pub(crate) struct ReconcileArgs {
         hide_env_values = true,
         value_name = "KEY"
     )]
-    stripe_api_key: Option<String>,
+    stripe_api_key: Option<SecretString>,
+    /// Stripe: the source's events are in this mode; an event of the other is refused (default: the mode of the source's newest events in the inbox)
+    #[arg(long, value_enum, value_name = "MODE")]
+    stripe_mode: Option<StripeMode>,
+    /// Stripe: the key must be this account's (acct_...), asked of GET /v1/account before each run
+    #[arg(long, value_name = "ACCOUNT")]
+    stripe_account: Option<String>,
     /// GitHub: the hook, as repos/OWNER/REPO/hooks/ID, orgs/ORG/hooks/ID or app
     #[arg(long, value_name = "HOOK")]
     github_hook: Option<String>,
@@ -121,7 +138,7 @@ pub(crate) struct ReconcileArgs {
         hide_env_values = true,
         value_name = "TOKEN"
     )]
-    github_token: Option<String>,
+    github_token: Option<SecretString>,
     /// GitHub: fetch each missed payload and record it here, instead of asking GitHub to redeliver
     #[arg(long)]
     github_fetch_payload: bool,
@@ -138,7 +155,7 @@ pub(crate) struct ReconcileArgs {
         hide_env_values = true,
         value_name = "TOKEN"
     )]
-    shopify_access_token: Option<String>,
+    shopify_access_token: Option<SecretString>,
     /// The most pages one run records from (default 500); at the cap it ends, the next continues
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..))]
     max_pages: Option<u64>,
@@ -151,6 +168,14 @@ pub(crate) struct ReconcileArgs {
     /// List every source's cursor, lease and last run instead of running
     #[arg(long, conflicts_with_all = ["dry_run", "since", "from_scratch"])]
     status: bool,
+}
+
+impl ReconcileArgs {
+    /// Whether this run only reads (`--status`, `--dry-run`): it then opens
+    /// the database without migrating it.
+    pub(crate) fn reads_only(&self) -> bool {
+        self.status || self.dry_run
+    }
 }
 
 /// Run `tickmark reconcile`; `handlers` are the operator binary's, if any.
@@ -230,9 +255,15 @@ fn configure(
         ProviderName::Stripe => {
             let key = args
                 .stripe_api_key
-                .clone()
+                .as_ref()
                 .ok_or_else(|| missing("STRIPE_API_KEY (or --stripe-api-key)"))?;
-            let mut api = StripeApi::new(key).only_failed(args.only_failed);
+            let mut api = StripeApi::new(key.expose()).only_failed(args.only_failed);
+            if let Some(mode) = args.stripe_mode {
+                api = api.livemode(mode == StripeMode::Live);
+            }
+            if let Some(account) = &args.stripe_account {
+                api = api.for_account(account);
+            }
             if let Some(base) = &args.api_base {
                 api = api.with_base_url(base).map_err(failure)?;
             }
@@ -241,7 +272,8 @@ fn configure(
         ProviderName::Github => {
             let token = args
                 .github_token
-                .clone()
+                .as_ref()
+                .map(|token| token.expose().to_owned())
                 .ok_or_else(|| missing("GITHUB_TOKEN (or --github-token)"))?;
             let hook = args.github_hook.as_deref().ok_or_else(|| {
                 missing("--github-hook repos/OWNER/REPO/hooks/ID, orgs/ORG/hooks/ID or app")
@@ -261,7 +293,8 @@ fn configure(
         ProviderName::Shopify => {
             let token = args
                 .shopify_access_token
-                .clone()
+                .as_ref()
+                .map(|token| token.expose().to_owned())
                 .ok_or_else(|| missing("SHOPIFY_ACCESS_TOKEN (or --shopify-access-token)"))?;
             let shop = args
                 .shop_url
@@ -359,8 +392,18 @@ async fn status(store: &dyn Store, out: Output) -> Result<(), Failure> {
             let found = row
                 .last_summary
                 .as_ref()
-                .map(ReconcileSummary::line)
+                .map(|summary| match &summary.error {
+                    Some(_) => format!("FAILED; {}", summary.line()),
+                    None => summary.line(),
+                })
                 .unwrap_or_default();
+            if let Some(error) = row.last_summary.as_ref().and_then(|s| s.error.as_ref()) {
+                warnings.push_str(&format!(
+                    "warning: {}: the last run failed at {}: {error}\n",
+                    row.source,
+                    time_opt(row.last_run_finished_at)
+                ));
+            }
             table.row(vec![
                 row.source.clone(),
                 truncate(row.cursor.as_deref().unwrap_or("-"), 32),
@@ -387,11 +430,49 @@ async fn status(store: &dyn Store, out: Output) -> Result<(), Failure> {
 /// A reconcile error as the command's failure (its exit code).
 fn failure(error: ReconcileError) -> Failure {
     match error {
-        ReconcileError::Busy { .. } => Failure::Refused(error.to_string()),
+        ReconcileError::Busy { .. } | ReconcileError::ForeignAccount { .. } => {
+            Failure::Refused(error.to_string())
+        }
         ReconcileError::UnknownSource { .. } | ReconcileError::Config(_) => {
             Failure::Usage(error.to_string())
         }
         ReconcileError::Store(error) => error.into(),
         error => Failure::Other(error.to_string()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::Parser;
+
+    use super::*;
+
+    #[derive(Debug, Parser)]
+    struct Wrapper {
+        #[command(flatten)]
+        args: ReconcileArgs,
+    }
+
+    #[test]
+    fn debug_of_the_arguments_shows_no_credential() {
+        let parsed = Wrapper::try_parse_from([
+            "tickmark",
+            "--source",
+            "stripe",
+            "--stripe-api-key",
+            "sk_live_topsecret",
+            "--github-token",
+            "ghp_topsecret",
+            "--shopify-access-token",
+            "shpat_topsecret",
+        ])
+        .expect("the arguments parse");
+        let shown = format!("{parsed:?} {parsed:#?}");
+        for secret in ["sk_live_topsecret", "ghp_topsecret", "shpat_topsecret"] {
+            assert!(!shown.contains(secret), "{secret} in {shown}");
+        }
+        assert!(shown.contains("stripe_api_key: Some(***)"), "{shown}");
+        let key = parsed.args.stripe_api_key.expect("given");
+        assert_eq!(key.expose(), "sk_live_topsecret");
     }
 }

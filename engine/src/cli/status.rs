@@ -6,6 +6,7 @@ use clap::Args;
 use serde::Serialize;
 
 use super::duration::human;
+use super::format::time;
 use super::table::Table;
 use super::{Failure, Output};
 use crate::event::EventState;
@@ -52,6 +53,15 @@ struct Status {
     /// Webhook subscriptions the last reconcile runs found the provider no
     /// longer has (Shopify removes one after failed deliveries).
     missing_subscriptions: Vec<SourceMissing>,
+    /// Sources whose last reconcile run failed: the error and when.
+    reconcile_failures: Vec<ReconcileFailure>,
+}
+
+#[derive(Serialize)]
+struct ReconcileFailure {
+    source: String,
+    error: String,
+    at: Option<chrono::DateTime<chrono::Utc>>,
 }
 
 #[derive(Serialize)]
@@ -63,9 +73,20 @@ struct SourceMissing {
 
 pub(crate) async fn run(store: &dyn Store, out: Output, args: StatusArgs) -> Result<(), Failure> {
     let report = store.status(args.minutes).await?;
-    let missing_subscriptions = store
-        .reconcile_cursors()
-        .await?
+    let reconciled = store.reconcile_cursors().await?;
+    let reconcile_failures = reconciled
+        .iter()
+        .filter_map(|row| {
+            let summary: ReconcileSummary =
+                serde_json::from_str(row.last_summary.as_deref()?).ok()?;
+            Some(ReconcileFailure {
+                source: row.source.clone(),
+                error: summary.error?,
+                at: row.last_run_finished_at,
+            })
+        })
+        .collect();
+    let missing_subscriptions = reconciled
         .into_iter()
         .flat_map(|row| {
             let summary: Option<ReconcileSummary> = row
@@ -105,6 +126,7 @@ pub(crate) async fn run(store: &dyn Store, out: Output, args: StatusArgs) -> Res
         minutes: args.minutes,
         done_per_minute: report.done_per_minute.clone(),
         missing_subscriptions,
+        reconcile_failures,
     };
     out.emit(&status, || render(&status, &report.oldest_pending_age))
 }
@@ -187,6 +209,18 @@ fn render(status: &Status, oldest: &Option<std::time::Duration>) -> String {
             "warning: {}: the provider has no webhook subscription for {} to {}; its events \
              are not being sent — create it again (`tickmark reconcile --status`, docs/reconcile.md)\n",
             missing.source, missing.topic, missing.callback_url
+        ));
+    }
+    for failure in &status.reconcile_failures {
+        text.push_str(&format!(
+            "warning: {}: the last reconcile run failed{}: {}; the next run resumes from the \
+             cursor (`tickmark reconcile --status`, docs/reconcile.md)\n",
+            failure.source,
+            failure
+                .at
+                .map(|at| format!(" at {}", time(at)))
+                .unwrap_or_default(),
+            failure.error
         ));
     }
     text

@@ -20,6 +20,8 @@
 //! | `tickmark_events_waiting` | gauge | events waiting at a wait step (for another event, or a time), from the database |
 //! | `tickmark_events_stuck` | gauge | running events whose lease expired without a mark (their worker died or stalled) |
 //! | `tickmark_events_reconciled_total` | counter | `source`, `outcome` (`recorded`, `redelivered`) — missed events this process's reconciler recovered from the provider's API |
+//! | `tickmark_reconcile_runs_failed_total` | counter | `source` — reconcile runs of this process that failed (the next resumes from the cursor) |
+//! | `tickmark_reconcile_last_run_failed` | gauge | `source` — 1 when the source's last reconcile run (of any process) failed, else 0, from the database; its error is in `tickmark status` |
 //! | `tickmark_webhook_subscriptions_missing` | gauge | `source` — subscriptions the handlers need that the provider (Shopify) no longer has, as the last reconcile run found, from the database |
 //!
 //! OpenMetrics names a counter's family without its `_total` suffix (`# TYPE
@@ -65,6 +67,7 @@ pub struct Metrics {
     lease_takeovers: Counter,
     leases_lost: Counter,
     reconciled: Family<[Label; 2], Counter>,
+    reconcile_runs_failed: Family<[Label; 1], Counter>,
 }
 
 impl Default for Metrics {
@@ -80,6 +83,7 @@ impl Default for Metrics {
             lease_takeovers: Counter::default(),
             leases_lost: Counter::default(),
             reconciled: Family::default(),
+            reconcile_runs_failed: Family::default(),
         }
     }
 }
@@ -149,6 +153,15 @@ impl Metrics {
                 ("source", source.to_owned()),
                 ("outcome", outcome.to_owned()),
             ])
+            .inc();
+    }
+
+    /// A reconcile run of `source` failed (the provider's API unreachable
+    /// or refusing, a foreign account's events); the next run resumes from
+    /// the cursor.
+    pub fn reconcile_run_failed(&self, source: &str) {
+        self.reconcile_runs_failed
+            .get_or_create(&[("source", source.to_owned())])
             .inc();
     }
 

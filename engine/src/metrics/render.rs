@@ -59,6 +59,7 @@ fn exposition(
     register_process(&mut registry, metrics);
     register_database(&mut registry, counts);
     register_subscriptions(&mut registry, reconciled);
+    register_last_runs(&mut registry, reconciled);
     let mut out = String::with_capacity(4096);
     encode(&mut out, &registry)?;
     Ok(out)
@@ -111,6 +112,11 @@ fn register_process(registry: &mut Registry, metrics: &Metrics) {
         "tickmark_events_reconciled",
         "Missed events this process's reconciler recovered from the provider's API, by source and outcome (recorded, redelivered)",
         metrics.reconciled.clone(),
+    );
+    registry.register(
+        "tickmark_reconcile_runs_failed",
+        "Reconcile runs of this process that failed (the provider's API unreachable or refusing, a foreign account's events), by source; the next run resumes from the cursor",
+        metrics.reconcile_runs_failed.clone(),
     );
     registry.register(
         "tickmark_step_duration_seconds",
@@ -194,6 +200,30 @@ fn register_subscriptions(registry: &mut Registry, reconciled: &[ReconcileCursor
         "tickmark_webhook_subscriptions_missing",
         "Webhook subscriptions the handlers need that the provider no longer has (removed after failed deliveries), by source, as the last reconcile run found (from the database)",
         missing,
+    );
+}
+
+/// Per source with a stored run: whether its last run failed (from the
+/// database, so any process's `/metrics` shows a failure of the process that
+/// reconciles).
+fn register_last_runs(registry: &mut Registry, reconciled: &[ReconcileCursor]) {
+    let failed = Family::<[Label; 1], Gauge>::default();
+    for row in reconciled {
+        let Some(summary) = row
+            .last_summary
+            .as_deref()
+            .and_then(|text| serde_json::from_str::<ReconcileSummary>(text).ok())
+        else {
+            continue;
+        };
+        failed
+            .get_or_create(&[("source", row.source.clone())])
+            .set(i64::from(summary.error.is_some()));
+    }
+    registry.register(
+        "tickmark_reconcile_last_run_failed",
+        "1 when the source's last reconcile run failed, else 0, by source (from the database; `tickmark status` shows the error)",
+        failed,
     );
 }
 

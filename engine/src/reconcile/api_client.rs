@@ -67,13 +67,46 @@ pub(crate) struct ApiClient {
     next_start: Mutex<Instant>,
 }
 
-/// One request to a provider's API.
-#[derive(Debug, Clone)]
+/// One request to a provider's API. Its `Debug` shows no credential: the
+/// values of headers other than a few known harmless ones are masked, the
+/// URL loses its user info, and the body shows only its length.
+#[derive(Clone)]
 pub(crate) struct ApiRequest {
     pub method: Method,
     pub url: Url,
     pub headers: Vec<(HeaderName, String)>,
     pub json_body: Option<Vec<u8>>,
+}
+
+/// Headers whose values never hold a credential, shown as they are in
+/// `Debug`; every other value (`Authorization`, `X-Shopify-Access-Token`,
+/// whatever a provider adds next) is masked.
+const SHOWN_HEADERS: &[&str] = &["accept", "content-type", "x-github-api-version"];
+
+impl std::fmt::Debug for ApiRequest {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let mut shown = self.url.clone();
+        let _ = shown.set_username("");
+        let _ = shown.set_password(None);
+        let headers: Vec<(&str, &str)> = self
+            .headers
+            .iter()
+            .map(|(name, value)| {
+                let value = if SHOWN_HEADERS.contains(&name.as_str()) {
+                    value.as_str()
+                } else {
+                    "***"
+                };
+                (name.as_str(), value)
+            })
+            .collect();
+        f.debug_struct("ApiRequest")
+            .field("method", &self.method)
+            .field("url", &shown.as_str())
+            .field("headers", &headers)
+            .field("json_body_bytes", &self.json_body.as_ref().map(Vec::len))
+            .finish()
+    }
 }
 
 /// A provider's answer: any status but the retried ones.
@@ -534,6 +567,25 @@ mod tests {
             Some(Some(Duration::from_secs(60)))
         );
         assert!(classify(answer(403, &[("x-ratelimit-remaining", "12")]), "GET x").is_ok());
+    }
+
+    #[test]
+    fn debug_of_a_request_shows_no_credential() {
+        let url = Url::parse("https://key:secret@api.stripe.com/v1/events?limit=3").unwrap();
+        let request = ApiRequest::post(url, Some(b"{}".to_vec()))
+            .header(http::header::AUTHORIZATION, "Bearer sk_live_topsecret")
+            .header(
+                HeaderName::from_static("x-shopify-access-token"),
+                "shpat_topsecret",
+            )
+            .header(ACCEPT, "application/vnd.github+json");
+        let shown = format!("{request:?} {request:#?}");
+        for secret in ["sk_live_topsecret", "shpat_topsecret", "secret@"] {
+            assert!(!shown.contains(secret), "{secret} in {shown}");
+        }
+        assert!(shown.contains("authorization"), "{shown}");
+        assert!(shown.contains("application/vnd.github+json"), "{shown}");
+        assert!(shown.contains("api.stripe.com/v1/events"), "{shown}");
     }
 
     #[test]

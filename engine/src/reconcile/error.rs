@@ -74,6 +74,20 @@ pub enum ReconcileError {
         /// What the panic said.
         message: String,
     },
+    /// The provider's API answered for another account or mode than the
+    /// source's (a test-mode key where the source takes live events, another
+    /// account's key): the run stopped before recording any of it.
+    #[error("source `{source_name}`: {found}, but {expected}: the API key is of another account or mode. Nothing of it was recorded; {fix}")]
+    ForeignAccount {
+        /// The source (not `source`: thiserror takes that for the cause).
+        source_name: String,
+        /// What the provider answered.
+        found: String,
+        /// What the source takes, and why we think so.
+        expected: String,
+        /// What to do.
+        fix: String,
+    },
     /// Another process holds this source's reconcile lease: one reconciler
     /// in the fleet at a time.
     #[error("another process is reconciling `{source_name}` right now (it holds the lease); try again when its run ends, or see `tickmark reconcile --status`")]

@@ -35,6 +35,7 @@ use super::error::ReconcileError;
 use super::kind_filter::KindFilter;
 use super::link_header::next_link;
 use super::run_context::RunContext;
+use crate::event::NewEvent;
 
 /// How long GitHub lists a hook's deliveries on github.com.
 /// <https://docs.github.com/en/webhooks/testing-and-troubleshooting-webhooks/redelivering-webhooks>
@@ -163,7 +164,8 @@ impl GitHubApi {
     }
 
     /// Another address for the API (GitHub Enterprise Server's
-    /// `https://HOST/api/v3`, a test server).
+    /// `https://HOST/api/v3`, a test server): `https://`, or `http://` on a
+    /// loopback host only (the token goes with every request).
     pub fn with_base_url(mut self, base_url: &str) -> Result<Self, ReconcileError> {
         self.base_url = parse_base(base_url)?;
         Ok(self)
@@ -507,7 +509,11 @@ async fn recover(
             let request = api.request(ApiRequest::get(api.url(&path)))?;
             let response = run.send(&request).await?;
             let full: FullDelivery = answer(&request, &response)?.json(&request.what())?;
-            run.record(guid, &attempts.kind, full.request.payload).await
+            let replay_key = full.request.replay_key();
+            let mut event =
+                NewEvent::with_id(run.source, guid, &attempts.kind, full.request.payload);
+            event.replay_key = replay_key;
+            run.record_event(event).await
         }
         GitHubRecovery::Redeliver => {
             run.summary.seen += 1;
@@ -561,7 +567,29 @@ struct FullDelivery {
 
 #[derive(Debug, Deserialize)]
 struct SentRequest {
+    /// The headers GitHub sent, by name (as GitHub spells them).
+    #[serde(default)]
+    headers: HashMap<String, serde_json::Value>,
     payload: serde_json::Value,
+}
+
+impl SentRequest {
+    /// The replay key the receiver gives this delivery when it arrives
+    /// signed: derived from its `X-Hub-Signature-256` (`sha256=<64 hex>`),
+    /// which covers the body alone (`receiver/providers/github.rs`). So a
+    /// fetched event and a later push of the same signed body under another
+    /// delivery id are one event, as two pushes would be. `None` when the
+    /// hook signs nothing (no secret): the receiver would refuse the push.
+    fn replay_key(&self) -> Option<String> {
+        let signature = self
+            .headers
+            .iter()
+            .find(|(name, _)| name.eq_ignore_ascii_case("x-hub-signature-256"))?
+            .1
+            .as_str()?;
+        let digest = hex::decode(signature.trim().strip_prefix("sha256=")?).ok()?;
+        (digest.len() == 32).then(|| crate::replay_key::replay_key(&[], &digest))
+    }
 }
 
 const GITHUB_HINT: &str = "check the token (it needs the hook's read and write permission; the App's hook takes the App's JWT), the hook and the base URL";
@@ -600,6 +628,49 @@ fn same_origin(api: &GitHubApi, request: &ApiRequest, next: &str) -> Result<Url,
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The key of a fetched delivery is the key the receiver gives the same
+    /// delivery pushed: checked against the receiver's own verifier.
+    #[cfg(feature = "receiver")]
+    #[test]
+    fn a_fetched_delivery_has_the_replay_key_of_its_pushed_copy() {
+        use hmac::{Hmac, Mac as _};
+
+        use crate::receiver::providers::{Delivery, GitHub, Provider, Verdict};
+
+        let body = br#"{"action":"opened","number":7}"#;
+        let mut mac = Hmac::<sha2::Sha256>::new_from_slice(b"hook secret").unwrap();
+        mac.update(body);
+        let signature = format!("sha256={}", hex::encode(mac.finalize().into_bytes()));
+        let mut headers = http::HeaderMap::new();
+        headers.insert("x-hub-signature-256", signature.parse().unwrap());
+        headers.insert("x-github-delivery", "guid-1".parse().unwrap());
+        headers.insert("x-github-event", "pull_request".parse().unwrap());
+        headers.insert("content-type", "application/json".parse().unwrap());
+        let pushed = GitHub::new(["hook secret"])
+            .unwrap()
+            .verify(&Delivery {
+                headers: &headers,
+                body,
+                public_url: "https://hooks.example/github",
+                now: chrono::Utc::now(),
+            })
+            .unwrap();
+        let Verdict::Event(pushed) = pushed else {
+            panic!("an event: {pushed:?}");
+        };
+        // As `GET …/deliveries/{id}` shows it: GitHub's own header spelling.
+        let fetched: SentRequest = serde_json::from_value(serde_json::json!({
+            "headers": { "X-GitHub-Delivery": "guid-1", "X-Hub-Signature-256": signature },
+            "payload": { "action": "opened", "number": 7 },
+        }))
+        .unwrap();
+        assert!(pushed.replay_key.is_some());
+        assert_eq!(fetched.replay_key(), pushed.replay_key);
+        let unsigned: SentRequest =
+            serde_json::from_value(serde_json::json!({ "headers": {}, "payload": {} })).unwrap();
+        assert_eq!(unsigned.replay_key(), None);
+    }
 
     #[test]
     fn hooks_parse_from_their_paths() {

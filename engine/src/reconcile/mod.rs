@@ -48,6 +48,7 @@ mod run_context;
 mod run_limits;
 mod shopify;
 mod stripe;
+mod stripe_account;
 
 use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
@@ -263,8 +264,19 @@ impl Reconciler {
             }
             other => other,
         };
-        if let Err(error) = &outcome {
-            run.summary.notes.push(error.to_string());
+        match &outcome {
+            Ok(()) => {}
+            // Told to stop (shutdown): not a failure of the run.
+            Err(ReconcileError::Cancelled) => run
+                .summary
+                .notes
+                .push(ReconcileError::Cancelled.to_string()),
+            // Another process goes on from the cursor: not this one's to report.
+            Err(error) if error.is_lease_lost() => {}
+            Err(error) => {
+                self.engine.metrics().reconcile_run_failed(source);
+                run.summary.error = Some(error.to_string());
+            }
         }
         if request.kinds.is_some() && !request.dry_run {
             run.summary.notes.push(
@@ -320,7 +332,10 @@ impl Reconciler {
     /// the run's caps ([`RunLimits`]), so a stuck source holds the others
     /// back no longer than its time cap. A source another process is
     /// reconciling is skipped for that round; a failed run, or one that
-    /// panicked, is logged and tried again next round.
+    /// panicked, is logged, stored with the source's cursor (its summary's
+    /// `error`: `tickmark status`, the dashboard and `/metrics` show it) and
+    /// counted in `tickmark_reconcile_runs_failed_total`, and tried again
+    /// next round.
     pub async fn run_every(&self, every: Duration, shutdown: CancellationToken) {
         loop {
             for source in self.sources().map(str::to_owned).collect::<Vec<_>>() {

@@ -235,20 +235,28 @@ impl RunContext<'_> {
         kind: &str,
         payload: serde_json::Value,
     ) -> Result<(), ReconcileError> {
+        self.record_event(NewEvent::with_id(self.source, id, kind, payload))
+            .await
+    }
+
+    /// [`record`](Self::record) an event made here: one fetched with the
+    /// replay key its pushed copy would have.
+    pub async fn record_event(&mut self, event: NewEvent) -> Result<(), ReconcileError> {
+        let id = event.dedup_key.clone();
+        let kind = event.kind.clone();
         self.summary.seen += 1;
-        if let Some(reason) = self.refusal(id, kind, &payload) {
-            self.refuse(id, &reason);
+        if let Some(reason) = self.refusal(&id, &kind, &event.payload) {
+            self.refuse(&id, &reason);
             return Ok(());
         }
         if self.request.dry_run {
-            if self.inbox_has(id).await? {
+            if self.inbox_has(&id).await? {
                 self.summary.already_had += 1;
             } else {
                 self.summary.recorded += 1;
             }
             return Ok(());
         }
-        let event = NewEvent::with_id(self.source, id, kind, payload);
         match self.engine.accept(event).await {
             Ok(Accepted::Duplicate) => self.summary.already_had += 1,
             Ok(Accepted::New { .. } | Accepted::Ignored { .. }) => {

@@ -56,9 +56,10 @@ impl std::fmt::Debug for ShopifyApi {
 }
 
 impl ShopifyApi {
-    /// The shop at `shop_url` (`https://{shop}.myshopify.com`), its Admin API
-    /// access token, and the receiver's public URL for this source, which
-    /// every subscription should deliver to.
+    /// The shop at `shop_url` (`https://{shop}.myshopify.com`; `http://`
+    /// only on a loopback host), its Admin API access token, and the
+    /// receiver's public URL for this source, which every subscription
+    /// should deliver to.
     pub fn new(
         shop_url: &str,
         access_token: impl Into<String>,

@@ -36,6 +36,7 @@ use super::base_url::{parse_base, trailing_slash};
 use super::error::ReconcileError;
 use super::kind_filter::KindFilter;
 use super::run_context::RunContext;
+use super::stripe_account::{check_lost_cursor, SourceAccount};
 
 /// How long Stripe keeps events listable: 30 days.
 /// <https://docs.stripe.com/api/events>
@@ -60,6 +61,10 @@ pub struct StripeApi {
     only_failed: bool,
     first_lookback: Duration,
     page_size: u32,
+    /// The mode the source's events are in, when configured.
+    livemode: Option<bool>,
+    /// The account the key must be, when configured.
+    account: Option<String>,
 }
 
 impl std::fmt::Debug for StripeApi {
@@ -69,6 +74,8 @@ impl std::fmt::Debug for StripeApi {
             .field("only_failed", &self.only_failed)
             .field("first_lookback", &self.first_lookback)
             .field("page_size", &self.page_size)
+            .field("livemode", &self.livemode)
+            .field("account", &self.account)
             .finish_non_exhaustive()
     }
 }
@@ -83,10 +90,50 @@ impl StripeApi {
             only_failed: false,
             first_lookback: DEFAULT_FIRST_LOOKBACK,
             page_size: MAX_PAGE,
+            livemode: None,
+            account: None,
         }
     }
 
-    /// Another address for the API (a test server, a proxy).
+    /// The source's events are live-mode (`true`) or test-mode (`false`)
+    /// events: a run refuses an event of the other mode (a key of the other
+    /// mode) before recording it. Unset, the mode is the one of the source's
+    /// newest events in the inbox (`stripe_account.rs`).
+    pub fn livemode(mut self, livemode: bool) -> Self {
+        self.livemode = Some(livemode);
+        self
+    }
+
+    /// The key must be account `account`'s (`acct_…`): each run asks
+    /// Stripe (`GET /v1/account`, which a restricted key needs read access
+    /// to) and refuses another account's key before reading any event.
+    pub fn for_account(mut self, account: impl Into<String>) -> Self {
+        self.account = Some(account.into());
+        self
+    }
+
+    /// The configured account, if any.
+    pub(crate) fn configured_account(&self) -> Option<&str> {
+        self.account.as_deref()
+    }
+
+    /// The configured mode, if any.
+    pub(crate) fn configured_livemode(&self) -> Option<bool> {
+        self.livemode
+    }
+
+    /// Where the API is.
+    pub(crate) fn base_url(&self) -> &Url {
+        &self.base_url
+    }
+
+    /// The key requests are sent with.
+    pub(crate) fn api_key(&self) -> &str {
+        &self.api_key
+    }
+
+    /// Another address for the API (a test server, a proxy): `https://`, or
+    /// `http://` on a loopback host only (the key goes with every request).
     pub fn with_base_url(mut self, base_url: &str) -> Result<Self, ReconcileError> {
         self.base_url = parse_base(base_url)?;
         Ok(self)
@@ -168,17 +215,30 @@ pub(crate) async fn pull(api: &StripeApi, run: &mut RunContext<'_>) -> Result<()
         run.summary.complete = true;
         return Ok(());
     }
+    let account = SourceAccount::of(api, run).await?;
     let cursor = run.cursor_id().map(|id| Mark {
         id: id.to_owned(),
         created: run.cursor_at().map(|at| at.timestamp()),
     });
     match (run.request.since, cursor) {
-        (Some(since), _) => window(api, run, &filter, since.min(EVENTS_HORIZON)).await,
-        (None, None) => window(api, run, &filter, api.first_lookback).await,
+        (Some(since), _) => window(api, run, &filter, &account, since.min(EVENTS_HORIZON)).await,
+        (None, None) => window(api, run, &filter, &account, api.first_lookback).await,
         (None, Some(cursor)) => {
-            match forward(api, run, &filter, cursor.clone(), CursorMoves::Yes).await? {
+            match forward(
+                api,
+                run,
+                &filter,
+                &account,
+                cursor.clone(),
+                CursorMoves::Yes,
+            )
+            .await?
+            {
                 Forward::Done => Ok(()),
                 Forward::CursorGone => {
+                    // Within the 30 days, a cursor Stripe does not know was read
+                    // with another account's key: refuse, not 30 days of its events.
+                    check_lost_cursor(run, &cursor.id)?;
                     run.note(format!(
                         "Stripe no longer lists the cursor's event {} (older than its 30 days): \
                      read the whole 30 days instead; anything older cannot be recovered",
@@ -187,7 +247,7 @@ pub(crate) async fn pull(api: &StripeApi, run: &mut RunContext<'_>) -> Result<()
                     // The gap behind the 30 days cannot be read: the window
                     // stands in for the cursor, which may move past it.
                     run.cursor = None;
-                    window(api, run, &filter, EVENTS_HORIZON).await
+                    window(api, run, &filter, &account, EVENTS_HORIZON).await
                 }
             }
         }
@@ -200,6 +260,7 @@ async fn forward(
     api: &StripeApi,
     run: &mut RunContext<'_>,
     filter: &KindFilter,
+    account: &SourceAccount,
     mut from: Mark,
     moves: CursorMoves,
 ) -> Result<Forward, ReconcileError> {
@@ -215,7 +276,7 @@ async fn forward(
         check_forward(&request, &from, &page, &heads)?;
         // Newest first: handle the page oldest first.
         for (head, event) in heads.iter().zip(&page.data).rev() {
-            take(run, filter, head, event).await?;
+            take(run, filter, account, head, event).await?;
         }
         if let Some(newest) = heads.first() {
             if moves == CursorMoves::Yes {
@@ -316,6 +377,7 @@ async fn window(
     api: &StripeApi,
     run: &mut RunContext<'_>,
     filter: &KindFilter,
+    account: &SourceAccount,
     since: Duration,
 ) -> Result<(), ReconcileError> {
     let start = run.window_start(since);
@@ -330,7 +392,7 @@ async fn window(
         CursorMoves::No
     };
     for (head, event) in heads.iter().zip(&page.data).rev() {
-        take(run, filter, head, event).await?;
+        take(run, filter, account, head, event).await?;
     }
     run.report_progress();
     let Some(newest) = heads.first() else {
@@ -349,7 +411,7 @@ async fn window(
         id: newest.id.clone(),
         created: Some(newest.created),
     };
-    match forward(api, run, filter, from, moves).await? {
+    match forward(api, run, filter, account, from, moves).await? {
         Forward::Done => Ok(()),
         Forward::CursorGone => Err(ReconcileError::NoProgress {
             what: "GET /v1/events".to_owned(),
@@ -400,13 +462,16 @@ async fn oldest_page(
     }
 }
 
-/// Record one listed event, or count it as not handled.
+/// Record one listed event, or count it as not handled; refuse one of
+/// another account or mode than the source's before anything is recorded.
 async fn take(
     run: &mut RunContext<'_>,
     filter: &KindFilter,
+    account: &SourceAccount,
     head: &EventHead,
     event: &serde_json::Value,
 ) -> Result<(), ReconcileError> {
+    account.check(run, event)?;
     if !filter.takes(&head.kind) {
         run.summary.not_handled += 1;
         return Ok(());

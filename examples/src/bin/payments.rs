@@ -33,7 +33,7 @@ use tickmark::receiver::{
 };
 use tickmark::reconcile::{Reconciler, StripeApi};
 use tickmark::serve::DEFAULT_MAX_REQUESTS_PER_CONNECTION;
-use tickmark::{Engine, Receiver, WorkerConfig};
+use tickmark::{Engine, Receiver, SecretString, WorkerConfig};
 use tickmark_examples::payments::{self, ReceiptClient, ReceiptUrl, Settings, SourceSetup};
 use tickmark_examples::shutdown::shutdown_signal;
 use tokio_util::sync::CancellationToken;
@@ -133,7 +133,7 @@ struct Args {
         value_name = "TOKEN",
         hide_env_values = true
     )]
-    dashboard_token: Option<String>,
+    dashboard_token: Option<SecretString>,
 
     /// Seconds a connection may take to send a request's headers, counted
     /// from the accept (or from the previous answer: this is also how long
@@ -202,7 +202,7 @@ struct Args {
         value_name = "KEY",
         hide_env_values = true
     )]
-    stripe_api_key: Option<String>,
+    stripe_api_key: Option<SecretString>,
 
     /// Seconds between two reconcile runs (with up to a tenth more at random).
     #[arg(long, value_name = "SECS", default_value = "600", value_parser = parse_seconds)]
@@ -241,7 +241,10 @@ async fn main() -> ExitCode {
 }
 
 async fn run(args: Args) -> Result<(), String> {
-    let dashboard_token = match (&args.dashboard_listen, args.dashboard_token.as_deref()) {
+    let dashboard_token = match (
+        &args.dashboard_listen,
+        args.dashboard_token.as_ref().map(SecretString::expose),
+    ) {
         (Some(_), None | Some("")) => {
             return Err(
                 "--dashboard-listen needs --dashboard-token (or TICKMARK_DASHBOARD_TOKEN)".into(),
@@ -345,7 +348,7 @@ async fn run(args: Args) -> Result<(), String> {
     let worker = tokio::spawn(worker.run(stop_worker.clone()));
     let reconciler = match &args.stripe_api_key {
         Some(key) => {
-            let mut stripe = StripeApi::new(key.clone());
+            let mut stripe = StripeApi::new(key.expose());
             if let Some(base) = &args.stripe_api_base {
                 stripe = stripe
                     .with_base_url(base)
@@ -454,5 +457,26 @@ mod tests {
         assert_eq!(args.max_connection_age, defaults.max_connection_age);
         assert_eq!(args.max_in_flight, defaults.max_in_flight);
         assert_eq!(args.body_limit, DEFAULT_BODY_LIMIT);
+    }
+
+    #[test]
+    fn debug_of_the_arguments_shows_no_key_or_token() {
+        let args = Args::try_parse_from([
+            "payments",
+            "--stripe-api-key",
+            "sk_live_topsecret",
+            "--dashboard-listen",
+            "127.0.0.1:9090",
+            "--dashboard-token",
+            "dash_topsecret",
+        ])
+        .expect("the arguments parse");
+        let shown = format!("{args:?} {args:#?}");
+        for secret in ["sk_live_topsecret", "dash_topsecret"] {
+            assert!(!shown.contains(secret), "{secret} in {shown}");
+        }
+        assert!(shown.contains("stripe_api_key: Some(***)"), "{shown}");
+        let key = args.stripe_api_key.expect("given");
+        assert_eq!(key.expose(), "sk_live_topsecret");
     }
 }

@@ -6,7 +6,11 @@
 //! - `GET /v1/events` as documented in <https://docs.stripe.com/api/events/list>
 //!   ([`params`] parses the query strictly; [`store`] cuts the page), and
 //! - `GET /v1/events/{id}` (<https://docs.stripe.com/api/events/retrieve>),
+//! - `GET /v1/account`, the key's own account
+//!   (<https://docs.stripe.com/api/accounts/retrieve>: `id`, `object`),
 //!
+//! as one account in one mode ([`FakeAccount`]: its key, `acct_…` id and
+//! `livemode`, which every event carries; [`FakeStripe::start_as`]),
 //! behind API key authentication ([`auth`]), with Stripe's error JSON for
 //! every failure ([`errors`]) and injectable 429 and 5xx answers
 //! ([`faults`]). Any other path is a 404 "Unrecognized request URL".
@@ -48,12 +52,35 @@ use faults::Faults;
 use sender::{Attempt, Sender};
 use store::Store;
 
-/// The fake's one secret API key.
+/// The fake's secret API key unless started as another account.
 pub const API_KEY: &str = "sk_test_fake_4eC39HqLyjWDarjtT1zdp7dc";
+
+/// The account a fake is: the one key it accepts, its id, its mode.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FakeAccount {
+    /// The secret key (`sk_test_…`, `sk_live_…`).
+    pub api_key: String,
+    /// `acct_…`, as `GET /v1/account` answers.
+    pub id: String,
+    /// Every event's `livemode`.
+    pub livemode: bool,
+}
+
+impl Default for FakeAccount {
+    /// [`API_KEY`], a test-mode account.
+    fn default() -> Self {
+        Self {
+            api_key: API_KEY.to_owned(),
+            id: "acct_1FakeTestAccount".to_owned(),
+            livemode: false,
+        }
+    }
+}
 
 /// State shared by the handle and the server's handlers.
 #[derive(Debug)]
 struct Shared {
+    account: FakeAccount,
     store: Mutex<Store>,
     faults: Mutex<Faults>,
     log: Mutex<Vec<ApiRequest>>,
@@ -80,8 +107,14 @@ impl FakeStripe {
     /// Serve on `127.0.0.1:0`, the clock at the real now, no events, no
     /// endpoints, API key [`API_KEY`].
     pub async fn start() -> FakeStripe {
+        Self::start_as(FakeAccount::default()).await
+    }
+
+    /// [`start`](Self::start) as `account`: its key, id and mode.
+    pub async fn start_as(account: FakeAccount) -> FakeStripe {
         let shared = Arc::new(Shared {
-            store: Mutex::new(Store::new(chrono::Utc::now().timestamp())),
+            store: Mutex::new(Store::new(chrono::Utc::now().timestamp(), account.livemode)),
+            account,
             faults: Mutex::new(Faults::default()),
             log: Mutex::new(Vec::new()),
         });
@@ -105,9 +138,10 @@ impl FakeStripe {
         self.server.addr
     }
 
-    /// The API key the fake accepts ([`API_KEY`]).
+    /// The API key the fake accepts ([`API_KEY`] unless started as another
+    /// account).
     pub fn api_key(&self) -> String {
-        API_KEY.to_owned()
+        self.shared.account.api_key.clone()
     }
 
     /// The fake's clock (Unix seconds): it stamps `created`, bounds the
@@ -134,7 +168,13 @@ impl FakeStripe {
     /// `evt_…` id. Every endpoint then subscribed (its enabled events
     /// contain `kind` or `*`) gets a delivery due at once.
     pub fn create_event(&self, kind: &str, object: Value) -> String {
-        lock(&self.shared.store).create_event(kind, object)
+        lock(&self.shared.store).create_event(kind, object, None)
+    }
+
+    /// [`create_event`](Self::create_event) as a Connect event of connected
+    /// account `account` (its `account` field).
+    pub fn create_connect_event(&self, kind: &str, object: Value, account: &str) -> String {
+        lock(&self.shared.store).create_event(kind, object, Some(account))
     }
 
     /// Add a webhook endpoint: its URL (`http://…`), signing secret
@@ -248,6 +288,11 @@ impl FakeStripe {
         })
     }
 
+    /// Drop the faults still queued: the next requests are answered.
+    pub fn heal(&self) {
+        lock(&self.shared.faults).clear();
+    }
+
     /// Every API request answered so far, oldest first.
     pub fn requests(&self) -> Vec<ApiRequest> {
         lock(&self.shared.log).clone()
@@ -323,13 +368,21 @@ fn route(
     if let Some(fault) = lock(&shared.faults).take_next() {
         return fault.answer();
     }
-    auth::check(headers, API_KEY)?;
+    auth::check(headers, &shared.account.api_key)?;
     let unrecognized = || ApiError::UnrecognizedUrl {
         method: method.to_string(),
         path: path.to_owned(),
     };
     if method != Method::GET {
         return Err(unrecognized());
+    }
+    if path == "/v1/account" {
+        return Ok(json!({
+            "id": shared.account.id,
+            "object": "account",
+            "country": "US",
+            "default_currency": "usd",
+        }));
     }
     if path == "/v1/events" {
         let params = params::parse_list(query)?;

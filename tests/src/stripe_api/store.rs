@@ -73,6 +73,11 @@ pub(crate) struct StoredEvent {
     pub seq: u64,
     pub object: Value,
     pub deliveries: Vec<EndpointDelivery>,
+    /// Live mode (`true`) or test mode: the fake account's mode.
+    pub livemode: bool,
+    /// The connected account a Connect event comes from (`None`: the
+    /// account's own event, which has no `account` field).
+    pub account: Option<String>,
 }
 
 impl StoredEvent {
@@ -91,19 +96,24 @@ impl StoredEvent {
         self.deliveries.iter().all(|d| d.delivered)
     }
 
-    /// The event object as the API and webhooks render it.
+    /// The event object as the API and webhooks render it (`account` only
+    /// on a Connect event, as documented: "Connect only").
     pub fn to_json(&self) -> Value {
-        json!({
+        let mut event = json!({
             "id": self.id,
             "object": "event",
             "api_version": API_VERSION,
             "created": self.created,
             "data": { "object": self.object },
-            "livemode": false,
+            "livemode": self.livemode,
             "pending_webhooks": self.pending_webhooks(),
             "request": { "id": null, "idempotency_key": null },
             "type": self.kind,
-        })
+        });
+        if let Some(account) = &self.account {
+            event["account"] = json!(account);
+        }
+        event
     }
 }
 
@@ -121,18 +131,21 @@ pub(crate) struct Store {
     pub endpoints: Vec<Endpoint>,
     /// The fake's clock, Unix seconds.
     pub now: i64,
+    /// The mode of every event made (the fake account's).
+    pub livemode: bool,
     next_seq: u64,
     /// Random per fake, so ids of two fakes differ.
     id_tag: u32,
 }
 
 impl Store {
-    /// An empty store whose clock reads `now`.
-    pub fn new(now: i64) -> Self {
+    /// An empty store whose clock reads `now`, its events in `livemode`.
+    pub fn new(now: i64, livemode: bool) -> Self {
         Self {
             events: Vec::new(),
             endpoints: Vec::new(),
             now,
+            livemode,
             next_seq: 0,
             id_tag: rand::random(),
         }
@@ -140,7 +153,7 @@ impl Store {
 
     /// Record an event created now; every subscribed endpoint gets a
     /// delivery due at once. Returns the id.
-    pub fn create_event(&mut self, kind: &str, object: Value) -> String {
+    pub fn create_event(&mut self, kind: &str, object: Value, account: Option<&str>) -> String {
         let seq = self.next_seq;
         self.next_seq += 1;
         let id = format!("evt_1Fk{:08x}{seq:012}", self.id_tag);
@@ -164,6 +177,8 @@ impl Store {
             seq,
             object,
             deliveries,
+            livemode: self.livemode,
+            account: account.map(str::to_owned),
         });
         id
     }

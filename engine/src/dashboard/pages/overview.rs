@@ -48,6 +48,7 @@ pub(crate) async fn page(State(shared): State<Arc<Shared>>, viewer: Viewer) -> P
     let body = html! {
         h1 { "Overview" }
         (missing_subscriptions(&reconciled))
+        (failed_runs(&reconciled))
         (cards(base, &report, &counts))
         h2 { "Events by source and state" }
         (counts_table(base, &counts))
@@ -244,6 +245,29 @@ fn missing_subscriptions(reconciled: &[ReconcileCursor]) -> Markup {
     }
 }
 
+/// A warning per source whose last reconcile run failed: what the
+/// provider's API missed is not being recovered until a run succeeds.
+fn failed_runs(reconciled: &[ReconcileCursor]) -> Markup {
+    let failed: Vec<(&ReconcileCursor, String)> = reconciled
+        .iter()
+        .filter_map(|row| {
+            let summary: ReconcileSummary =
+                serde_json::from_str(row.last_summary.as_deref()?).ok()?;
+            Some((row, summary.error?))
+        })
+        .collect();
+    html! {
+        @for (row, error) in &failed {
+            p.notice.bad role="alert" {
+                strong { "Reconcile run failed: " }
+                (row.source) " at " (html::maybe_time(row.last_run_finished_at.as_ref()))
+                ": " (error)
+                ". The next run resumes from the cursor (docs/reconcile.md)."
+            }
+        }
+    }
+}
+
 /// Each reconciled source's cursor and last run, when any source has been
 /// reconciled (docs/reconcile.md).
 fn reconciliation(reconciled: &[ReconcileCursor]) -> Markup {
@@ -263,7 +287,12 @@ fn reconciliation(reconciled: &[ReconcileCursor]) -> Markup {
                     td { (row.source) }
                     td { (html::maybe_time(row.cursor_at.as_ref())) }
                     td { (html::maybe_time(row.last_run_finished_at.as_ref())) }
-                    td.wrap { (summary.as_ref().map(ReconcileSummary::line).unwrap_or_default()) }
+                    td.wrap {
+                        @if summary.as_ref().is_some_and(|summary| summary.error.is_some()) {
+                            strong { "failed; " }
+                        }
+                        (summary.as_ref().map(ReconcileSummary::line).unwrap_or_default())
+                    }
                     td { (row.lease_owner.as_deref().unwrap_or("-")) }
                 }
             }

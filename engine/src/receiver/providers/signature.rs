@@ -60,24 +60,9 @@ pub(crate) fn shortest(secrets: &[Secret]) -> Option<usize> {
     secrets.iter().map(|secret| secret.bytes().len()).min()
 }
 
-/// Prefix of a replay key.
-pub(crate) const REPLAY_KEY_PREFIX: &str = "sig:";
-
-/// The replay key of a delivery whose signature verified: `sig:` + the hex
-/// SHA-256 of `context` (what else the scheme needs to tell events apart,
-/// each part length-prefixed) and the signature's decoded bytes. Decoded, so
-/// that re-encoding the same signature (hex case, base64 padding) does not
-/// make a new key; hashed, so that the stored key is no signature anyone can
-/// present.
-pub(crate) fn replay_key(context: &[&[u8]], signature: &[u8]) -> String {
-    use sha2::Digest as _;
-    let mut hash = sha2::Sha256::new();
-    for part in context.iter().chain([&signature]) {
-        hash.update((part.len() as u64).to_be_bytes());
-        hash.update(part);
-    }
-    format!("{REPLAY_KEY_PREFIX}{}", hex::encode(hash.finalize()))
-}
+// Below the receiver: the reconciler derives the same key for a delivery it
+// fetches from the provider's log.
+pub(crate) use crate::replay_key::{replay_key, REPLAY_KEY_PREFIX};
 
 /// The replay key of the same signed content under one kind
 /// ([`ReplayScope::HandledKind`](super::ReplayScope::HandledKind)): `sig:` +

@@ -98,6 +98,30 @@ impl PostgresStore {
     /// percent-encoded>` (docs/deploying.md, "PgBouncer, transaction mode").
     /// `pooler=session` is accepted and changes nothing.
     pub async fn connect_with(url: &str, options: PostgresOptions) -> Result<Self, StoreError> {
+        let store = Self::open(url, options).await?;
+        store.migrate().await?;
+        Ok(store)
+    }
+
+    /// Connect as [`connect_with`](Self::connect_with) does, but apply
+    /// nothing: for a tool that only reads (`tickmark reconcile --status`,
+    /// `--dry-run`), which must leave the schema as it finds it. Fails with
+    /// a [`MigrationError`](crate::store::migration::MigrationError) unless
+    /// the database holds exactly this build's schema: none or an older one
+    /// ([`Unmigrated`](crate::store::migration::MigrationError::Unmigrated)),
+    /// a newer tickmark's
+    /// ([`NewerSchema`](crate::store::migration::MigrationError::NewerSchema)).
+    pub async fn connect_without_migrating(
+        url: &str,
+        options: PostgresOptions,
+    ) -> Result<Self, StoreError> {
+        let store = Self::open(url, options).await?;
+        migrate::check_current(&store.db).await?;
+        Ok(store)
+    }
+
+    /// Connect, the schema as it is.
+    async fn open(url: &str, options: PostgresOptions) -> Result<Self, StoreError> {
         let list = HostList::parse(url)?;
         let pooler = list.pooler.unwrap_or_default();
         let listen_url = list.listen_url.clone();
@@ -137,9 +161,7 @@ impl PostgresStore {
             (true, Some(url)) => Listen::Direct(url),
             (true, None) => Listen::Nowhere,
         };
-        let store = Self::on(pool, db, listen, follower).await?;
-        store.migrate().await?;
-        Ok(store)
+        Self::on(pool, db, listen, follower).await
     }
 
     /// A store on the application's own pool: no pool of tickmark's, and

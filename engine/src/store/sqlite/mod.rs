@@ -109,6 +109,28 @@ impl SqliteStore {
         Ok(store)
     }
 
+    /// Open an existing file and apply nothing: for a tool that only reads
+    /// (`tickmark reconcile --status`, `--dry-run`), which must leave the
+    /// file as it finds it (no file is created, no journal mode set). Fails
+    /// with a [`MigrationError`](crate::store::migration::MigrationError)
+    /// unless the file holds exactly this build's schema: none or an older
+    /// one ([`Unmigrated`](crate::store::migration::MigrationError::Unmigrated)),
+    /// a newer tickmark's
+    /// ([`NewerSchema`](crate::store::migration::MigrationError::NewerSchema)).
+    pub async fn connect_without_migrating(
+        url: &str,
+        options: SqliteOptions,
+    ) -> Result<Self, StoreError> {
+        let connect = SqliteConnectOptions::from_str(url)?
+            .create_if_missing(false)
+            .synchronous(SqliteSynchronous::Full)
+            .busy_timeout(options.busy_timeout)
+            .foreign_keys(true);
+        let pool = open_pool(connect, options.max_connections).await?;
+        migrate::check_current(&pool).await?;
+        Ok(Self::on(pool, options.clock))
+    }
+
     /// A store on the application's own pool: no pool of tickmark's, and
     /// **no migration** — call [`tickmark::migrate(&pool)`](crate::migrate)
     /// first (beside the application's own `sqlx::migrate!`, in either
