@@ -25,6 +25,12 @@ const LAYERS: &[&[&str]] = &[
         "jitter",
         // What a reconcile run found, as stored with its cursor.
         "reconcile_summary",
+        // The limits every accepted event meets (receiver and reconcile).
+        "event_limits",
+        // A signature's replay key (receiver and reconcile derive it alike).
+        "replay_key",
+        // A string that never prints (API keys in arguments and requests).
+        "secret",
         // Serving a router within connection limits: knows HTTP, not events.
         "serve",
     ],

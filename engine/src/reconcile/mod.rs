@@ -49,6 +49,7 @@ mod run_limits;
 mod shopify;
 mod stripe;
 mod stripe_account;
+mod stripe_api;
 
 use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
@@ -67,7 +68,7 @@ pub use progress::{LogProgress, NoProgress, Progress};
 pub use run_context::RunRequest;
 pub use run_limits::{RunLimits, DEFAULT_MAX_DURATION, DEFAULT_MAX_PAGES};
 pub use shopify::{graphql_topic, ShopifyApi};
-pub use stripe::{StripeApi, DEFAULT_FIRST_LOOKBACK, EVENTS_HORIZON};
+pub use stripe_api::{StripeApi, DEFAULT_FIRST_LOOKBACK, EVENTS_HORIZON};
 
 use crate::engine::Engine;
 pub use crate::reconcile_summary::{MissingSubscription, ReconcileSummary};

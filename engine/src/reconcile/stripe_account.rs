@@ -40,7 +40,7 @@ use super::api_client::ApiRequest;
 use super::base_url::trailing_slash;
 use super::error::ReconcileError;
 use super::run_context::RunContext;
-use super::stripe::{StripeApi, EVENTS_HORIZON};
+use super::stripe_api::{StripeApi, EVENTS_HORIZON};
 use crate::store::admin::EventFilter;
 
 /// How many of the source's newest inbox events are looked at for one that

@@ -41,10 +41,10 @@
 //! The replaced connection leaves the table at once (the newcomer has its
 //! place, so the count never exceeds the cap) and its task is told to close
 //! it; its socket closes when that task next runs, so for that moment the
-//! process may hold a few more sockets than the cap. A provider's delivery is busy from the moment its head is read, and
-//! a fresh connection is the last idle one to be replaced, so a provider
-//! that sends its request promptly is not cut off by the clients that made
-//! the cap full.
+//! process may hold a few more sockets than the cap. A provider's delivery
+//! is busy from the moment its head is read, and a fresh connection is the
+//! last idle one to be replaced, so a provider that sends its request
+//! promptly is not cut off by the clients that made the cap full.
 //!
 //! Hand-written, as the caps were: tower's limits count requests inside a
 //! service, this counts connections before any service sees them, and the
