@@ -146,6 +146,8 @@ mod dedup_key;
 mod engine;
 mod error;
 pub mod event;
+// What the receiver and reconcile both hold an accepted event to.
+#[cfg(any(feature = "receiver", feature = "reconcile"))]
 mod event_limits;
 mod event_status;
 pub mod flow;
@@ -176,6 +178,8 @@ pub mod receiver;
 pub mod reconcile;
 mod reconcile_summary;
 mod redact;
+#[cfg(any(feature = "receiver", feature = "reconcile"))]
+// A signature's replay key: the receiver's, and reconcile's for fetched payloads.
 #[cfg(any(feature = "receiver", feature = "reconcile"))]
 mod replay_key;
 mod resources;
