@@ -61,6 +61,13 @@ pub struct MissingSubscription {
 // `reconcile` feature makes them or words them.
 #[cfg_attr(not(feature = "reconcile"), allow(dead_code))]
 impl ReconcileSummary {
+    /// The summary as stored with a source's cursor
+    /// (`ReconcileCursor::last_summary`); `None` for none stored, or one
+    /// this build cannot read.
+    pub fn from_stored(text: Option<&str>) -> Option<Self> {
+        serde_json::from_str(text?).ok()
+    }
+
     /// An empty summary of a run over `source` through `provider`'s API.
     pub fn new(source: &str, provider: &str, dry_run: bool) -> Self {
         Self {

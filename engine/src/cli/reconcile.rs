@@ -363,10 +363,7 @@ async fn status(store: &dyn Store, out: Output) -> Result<(), Failure> {
         .await?
         .into_iter()
         .map(|row| StatusRow {
-            last_summary: row
-                .last_summary
-                .as_deref()
-                .and_then(|text| serde_json::from_str(text).ok()),
+            last_summary: ReconcileSummary::from_stored(row.last_summary.as_deref()),
             source: row.source,
             cursor: row.cursor,
             cursor_at: row.cursor_at,

@@ -77,8 +77,7 @@ pub(crate) async fn run(store: &dyn Store, out: Output, args: StatusArgs) -> Res
     let reconcile_failures = reconciled
         .iter()
         .filter_map(|row| {
-            let summary: ReconcileSummary =
-                serde_json::from_str(row.last_summary.as_deref()?).ok()?;
+            let summary = ReconcileSummary::from_stored(row.last_summary.as_deref())?;
             Some(ReconcileFailure {
                 source: row.source.clone(),
                 error: summary.error?,
@@ -89,10 +88,7 @@ pub(crate) async fn run(store: &dyn Store, out: Output, args: StatusArgs) -> Res
     let missing_subscriptions = reconciled
         .into_iter()
         .flat_map(|row| {
-            let summary: Option<ReconcileSummary> = row
-                .last_summary
-                .as_deref()
-                .and_then(|text| serde_json::from_str(text).ok());
+            let summary = ReconcileSummary::from_stored(row.last_summary.as_deref());
             let source = row.source;
             summary
                 .into_iter()

@@ -182,11 +182,7 @@ fn register_database(registry: &mut Registry, counts: &EventCounts) {
 fn register_subscriptions(registry: &mut Registry, reconciled: &[ReconcileCursor]) {
     let missing = Family::<[Label; 1], Gauge>::default();
     for row in reconciled {
-        let Some(summary) = row
-            .last_summary
-            .as_deref()
-            .and_then(|text| serde_json::from_str::<ReconcileSummary>(text).ok())
-        else {
+        let Some(summary) = ReconcileSummary::from_stored(row.last_summary.as_deref()) else {
             continue;
         };
         if summary.provider == "shopify" {
@@ -209,11 +205,7 @@ fn register_subscriptions(registry: &mut Registry, reconciled: &[ReconcileCursor
 fn register_last_runs(registry: &mut Registry, reconciled: &[ReconcileCursor]) {
     let failed = Family::<[Label; 1], Gauge>::default();
     for row in reconciled {
-        let Some(summary) = row
-            .last_summary
-            .as_deref()
-            .and_then(|text| serde_json::from_str::<ReconcileSummary>(text).ok())
-        else {
+        let Some(summary) = ReconcileSummary::from_stored(row.last_summary.as_deref()) else {
             continue;
         };
         failed

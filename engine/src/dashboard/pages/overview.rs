@@ -279,10 +279,7 @@ fn reconciliation(reconciled: &[ReconcileCursor]) -> Markup {
         table.data {
             tr { th { "source" } th { "cursor at" } th { "last run" } th { "found" } th { "lease" } }
             @for row in reconciled {
-                @let summary = row
-                    .last_summary
-                    .as_deref()
-                    .and_then(|text| serde_json::from_str::<ReconcileSummary>(text).ok());
+                @let summary = ReconcileSummary::from_stored(row.last_summary.as_deref());
                 tr {
                     td { (row.source) }
                     td { (html::maybe_time(row.cursor_at.as_ref())) }
