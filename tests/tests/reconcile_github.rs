@@ -487,21 +487,7 @@ async fn an_empty_page_with_a_next_link_ends_the_run() {
     let progress = after_page(1, move || {
         stuck_fake.answer_next_with(1, json!([]), Some(link.clone()))
     });
-    let stuck = reconciler
-        .run(
-            "github",
-            &RunRequest::default(),
-            &progress,
-            &CancellationToken::new(),
-        )
-        .await;
-    assert!(
-        matches!(
-            stuck,
-            Err(tickmark::reconcile::ReconcileError::NoProgress { .. })
-        ),
-        "{stuck:?}"
-    );
+    ends_without_progress(&reconciler, "github", &RunRequest::default(), &progress).await;
     let healthy = run(&reconciler, "github").await;
     assert!(healthy.complete, "{healthy:?}");
     each_ran_once(&db, &engine, &fake, sent.iter().map(|s| &s.guid)).await;
@@ -536,21 +522,7 @@ async fn a_page_that_repeats_ends_the_run() {
         stuck_fake.answer_next_with(100, json!(newest), Some(link.clone()))
     });
     let reconciler = github_reconciler(&engine, &fake, hook_id, 3);
-    let stuck = reconciler
-        .run(
-            "github",
-            &RunRequest::default(),
-            &progress,
-            &CancellationToken::new(),
-        )
-        .await;
-    assert!(
-        matches!(
-            stuck,
-            Err(tickmark::reconcile::ReconcileError::NoProgress { .. })
-        ),
-        "{stuck:?}"
-    );
+    ends_without_progress(&reconciler, "github", &RunRequest::default(), &progress).await;
     let lists = fake
         .requests()
         .iter()

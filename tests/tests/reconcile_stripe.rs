@@ -697,13 +697,7 @@ async fn a_window_run_given_an_empty_page_claiming_more_keeps_the_cursor() {
         since: Some(DAY),
         ..RunRequest::default()
     };
-    let stuck = reconciler
-        .run("stripe", &window, &progress, &CancellationToken::new())
-        .await;
-    assert!(
-        matches!(stuck, Err(ReconcileError::NoProgress { .. })),
-        "{stuck:?}"
-    );
+    ends_without_progress(&reconciler, "stripe", &window, &progress).await;
     assert_eq!(cursor_of(&db).await, Some(first), "the cursor stays");
     run(&reconciler, &RunRequest::default())
         .await
@@ -729,18 +723,7 @@ async fn a_forward_run_given_an_empty_page_claiming_more_ends_with_an_error() {
     let progress = after_page(1, move || {
         stuck_fake.answer_next_with(1, empty_page_claiming_more())
     });
-    let stuck = reconciler
-        .run(
-            "stripe",
-            &RunRequest::default(),
-            &progress,
-            &CancellationToken::new(),
-        )
-        .await;
-    assert!(
-        matches!(stuck, Err(ReconcileError::NoProgress { .. })),
-        "{stuck:?}"
-    );
+    ends_without_progress(&reconciler, "stripe", &RunRequest::default(), &progress).await;
     assert_eq!(cursor_of(&db).await.as_deref(), Some(ids[9].as_str()));
     let healthy = run(&reconciler, &RunRequest::default())
         .await
@@ -768,18 +751,7 @@ async fn a_page_that_repeats_ends_a_forward_run() {
     let stuck_fake = fake.clone();
     let progress = after_page(1, move || stuck_fake.answer_next_with(100, repeat.clone()));
     let before = fake.requests().len();
-    let stuck = reconciler
-        .run(
-            "stripe",
-            &RunRequest::default(),
-            &progress,
-            &CancellationToken::new(),
-        )
-        .await;
-    assert!(
-        matches!(stuck, Err(ReconcileError::NoProgress { .. })),
-        "{stuck:?}"
-    );
+    ends_without_progress(&reconciler, "stripe", &RunRequest::default(), &progress).await;
     assert_eq!(lists_since(&fake, before), 2, "stopped at the first repeat");
     assert_eq!(cursor_of(&db).await.as_deref(), Some(ids[9].as_str()));
 }
@@ -803,18 +775,7 @@ async fn a_page_that_goes_backward_ends_a_forward_run() {
     let older = fake.list_page(&[ids[4].clone(), ids[3].clone()], true);
     let stuck_fake = fake.clone();
     let progress = after_page(1, move || stuck_fake.answer_next_with(100, older.clone()));
-    let stuck = reconciler
-        .run(
-            "stripe",
-            &RunRequest::default(),
-            &progress,
-            &CancellationToken::new(),
-        )
-        .await;
-    assert!(
-        matches!(stuck, Err(ReconcileError::NoProgress { .. })),
-        "{stuck:?}"
-    );
+    ends_without_progress(&reconciler, "stripe", &RunRequest::default(), &progress).await;
     assert_eq!(
         cursor_of(&db).await.as_deref(),
         Some(ids[9].as_str()),
@@ -843,13 +804,7 @@ async fn a_page_that_repeats_ends_a_window_run() {
         since: Some(DAY),
         ..RunRequest::default()
     };
-    let stuck = reconciler
-        .run("stripe", &window, &progress, &CancellationToken::new())
-        .await;
-    assert!(
-        matches!(stuck, Err(ReconcileError::NoProgress { .. })),
-        "{stuck:?}"
-    );
+    ends_without_progress(&reconciler, "stripe", &window, &progress).await;
     assert_eq!(lists_since(&fake, before), 2, "stopped at the first repeat");
     assert_eq!(cursor_of(&db).await, Some(first));
 }

@@ -15,13 +15,16 @@ use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use chrono::{DateTime, Utc};
 use tickmark::receiver::providers::{GitHub, Stripe};
-use tickmark::reconcile::{ClientSettings, Progress, ReconcileSummary, Reconciler};
+use tickmark::reconcile::{
+    ClientSettings, Progress, ReconcileError, ReconcileSummary, Reconciler, RunRequest,
+};
 use tickmark::store::Clock;
 use tickmark::{Backend, Engine, Handler, Handlers, Receiver};
 use tickmark_tests::conformance::{engine, quick_worker};
 use tickmark_tests::http_client::LoopbackServer;
 use tickmark_tests::test_steps::Record;
 use tickmark_tests::TestDb;
+use tokio_util::sync::CancellationToken;
 
 /// The Stripe endpoint's signing secret, known to the fake and the receiver.
 pub const STRIPE_SECRET: &str = "whsec_reconcile_test_secret";
@@ -155,6 +158,24 @@ pub fn after_page(after: u64, inject: impl Fn() + Send + Sync + 'static) -> Afte
         armed: AtomicBool::new(true),
         inject: Box::new(inject),
     }
+}
+
+/// Run `source` once with `request`, `progress` putting the provider's
+/// fault in, and expect the run to end with `NoProgress` (a page that
+/// repeats, goes backward, or is empty and claims more).
+pub async fn ends_without_progress(
+    reconciler: &Reconciler,
+    source: &str,
+    request: &RunRequest,
+    progress: &AfterPage,
+) {
+    let stuck = reconciler
+        .run(source, request, progress, &CancellationToken::new())
+        .await;
+    assert!(
+        matches!(stuck, Err(ReconcileError::NoProgress { .. })),
+        "{stuck:?}"
+    );
 }
 
 impl Progress for AfterPage {
