@@ -382,10 +382,9 @@ impl FakeGitHub {
         self.shared.state().delivery_timeout = timeout;
     }
 
-    /// Send `event` with `payload` to `hook` once, as GitHub does, and
-    /// record the delivery (new id, new guid, `redelivery: false`). Waits
-    /// for the receiver's answer (or the timeout). Panics on an unknown hook.
-    pub async fn send(&self, hook: HookRef, event: &str, payload: Value) -> SentDelivery {
+    /// `hook`, and a first attempt (a new guid, not a redelivery) of `event`
+    /// with `payload`. Panics on an unknown hook.
+    fn first_attempt(&self, hook: HookRef, event: &str, payload: Value) -> (Hook, Attempt) {
         let hook = self
             .shared
             .hook(&hook)
@@ -398,6 +397,14 @@ impl FakeGitHub {
             body,
             redelivery: false,
         };
+        (hook, attempt)
+    }
+
+    /// Send `event` with `payload` to `hook` once, as GitHub does, and
+    /// record the delivery (new id, new guid, `redelivery: false`). Waits
+    /// for the receiver's answer (or the timeout). Panics on an unknown hook.
+    pub async fn send(&self, hook: HookRef, event: &str, payload: Value) -> SentDelivery {
+        let (hook, attempt) = self.first_attempt(hook, event, payload);
         let id = self.shared.state().allocate_delivery_id();
         let record = self.shared.deliver(hook, id, attempt).await;
         SentDelivery {
@@ -415,18 +422,7 @@ impl FakeGitHub {
     /// a delivery whose receiver is slow to answer (up to 10 s) after newer
     /// ones. Panics on an unknown hook.
     pub fn begin_send(&self, hook: HookRef, event: &str, payload: Value) -> InFlightDelivery {
-        let hook = self
-            .shared
-            .hook(&hook)
-            .unwrap_or_else(|| panic!("no hook {hook:?}"));
-        let body = serde_json::to_vec(&payload).expect("JSON serialises");
-        let attempt = Attempt {
-            guid: new_guid(),
-            event: event.to_owned(),
-            payload,
-            body,
-            redelivery: false,
-        };
+        let (hook, attempt) = self.first_attempt(hook, event, payload);
         let (id, started_at) = {
             let mut state = self.shared.state();
             (state.allocate_delivery_id(), state.now)
