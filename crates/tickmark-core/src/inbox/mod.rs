@@ -1,0 +1,103 @@
+//! The inbox: accepting an event is one insert whose unique keys are the
+//! dedup decision: (source, dedup key), and (source, replay key) when the
+//! event has one (a source whose signature does not cover the id). One
+//! `INSERT … ON CONFLICT DO NOTHING` covers both, so the decision is atomic
+//! on both backends. A duplicate is a normal answer, not an error.
+
+pub mod planned;
+
+use std::time::Duration;
+
+use tracing::Instrument;
+
+pub use tickmark_driver::dedup_key::{body_hash, BODY_HASH_PREFIX};
+pub use tickmark_driver::event::Accepted;
+
+use planned::plan_event;
+
+use crate::context::FollowUps;
+use crate::handler::Registry;
+use crate::outcome::StepError;
+use tickmark_driver::event::NewEvent;
+use tickmark_driver::store::transient::retry_transient;
+use tickmark_driver::store::{AppConnection, Store, StoreError};
+
+/// How long an accept retries a transient store error before giving up (the
+/// receiver then answers 503 and the provider retries).
+pub const ACCEPT_RETRY_BUDGET: Duration = Duration::from_secs(1);
+
+/// The inbox as a step's [`FollowUps`]: a follow-up event is accepted like
+/// a delivery, unless no handler would run it.
+pub struct FollowUpInbox<'a> {
+    #[doc(hidden)]
+    pub store: &'a dyn Store,
+    #[doc(hidden)]
+    pub registry: &'a Registry,
+}
+
+#[async_trait::async_trait]
+impl FollowUps for FollowUpInbox<'_> {
+    async fn accept(&self, event: &NewEvent) -> Result<Accepted, StepError> {
+        // A follow-up nobody handles would be recorded as ignored, and a later
+        // re-run of this step would find it a duplicate: refuse, write nothing.
+        if self.registry.find(&event.source, &event.kind).is_none() {
+            return Err(StepError::terminal(format!(
+                "no handler is registered for ({}, {}) in this process; register one \
+                 (for the outbox: tickmark_steps::outbox::handler()), deploy, then retry this event",
+                event.source, event.kind
+            )));
+        }
+        Ok(accept(self.store, self.registry, event).await?)
+    }
+}
+
+#[doc(hidden)]
+pub async fn accept(
+    store: &dyn Store,
+    registry: &Registry,
+    event: &NewEvent,
+) -> Result<Accepted, StoreError> {
+    async {
+        let planned = plan_event(registry, event)?;
+        let insert = planned.insert(event);
+        let outcome = retry_transient("accept", ACCEPT_RETRY_BUDGET, || {
+            store.event_insert(&insert)
+        })
+        .await?;
+        let accepted = planned.accepted(outcome);
+        tracing::debug!(?accepted, "accepted");
+        Ok(accepted)
+    }
+    .instrument(accept_span(event))
+    .await
+}
+
+/// Accept `event` on the caller's connection, in its transaction: the same
+/// insert and dedup decision as [`accept`], not batched, and not retried
+/// (a transient error aborts the caller's transaction; the caller retries
+/// it whole). Recorded when the caller commits, gone if it rolls back.
+pub async fn accept_in(
+    store: &dyn Store,
+    registry: &Registry,
+    conn: AppConnection<'_>,
+    event: &NewEvent,
+) -> Result<Accepted, StoreError> {
+    async {
+        let planned = plan_event(registry, event)?;
+        let outcome = store.event_insert_in(conn, &planned.insert(event)).await?;
+        let accepted = planned.accepted(outcome);
+        tracing::debug!(?accepted, "accepted in the caller's transaction");
+        Ok(accepted)
+    }
+    .instrument(accept_span(event))
+    .await
+}
+
+fn accept_span(event: &NewEvent) -> tracing::Span {
+    tracing::info_span!(
+        "accept",
+        event_id = %event.dedup_key,
+        source = %event.source,
+        kind = %event.kind
+    )
+}

@@ -1,0 +1,204 @@
+//! # tickmark
+//!
+//! Long webhook handlers, safe under at-least-once delivery.
+//!
+//! Providers retry a webhook until they see a 2xx, and a receiver can crash
+//! between doing the work and answering. tickmark records each event once
+//! (deduplicated by the provider's event id, or by a hash of the body), runs its
+//! handler as **ordered steps outside any lock**, and **marks each step done**
+//! in its own short transaction. A crash resumes at the first unfinished step;
+//! every step has an idempotency key (`{source}:{event id}:{step}`) to pass to
+//! external services, so a re-run is absorbed by the far side.
+//!
+//! ## Quick start
+//!
+//! ```
+//! use serde::{Deserialize, Serialize};
+//! use tickmark::{Engine, Handler, Handlers, NewEvent, Step, StepContext, StepResult, WorkerConfig};
+//!
+//! /// A step is a plain struct; its fields are stored in the event's plan.
+//! #[derive(Debug, Serialize, Deserialize)]
+//! struct Greet {
+//!     greeting: String,
+//! }
+//!
+//! /// The part of the payload the step reads.
+//! #[derive(Deserialize)]
+//! struct Order {
+//!     name: String,
+//! }
+//!
+//! #[typetag::serde(name = "greet")] // a stable name: the plan stores it
+//! #[async_trait::async_trait]
+//! impl Step for Greet {
+//!     async fn run(&self, ctx: &mut StepContext<'_>) -> StepResult {
+//!         // A payload that does not decode parks the event with serde's message.
+//!         let order: Order = ctx.payload()?;
+//!         // Pass ctx.idempotency_key() to anything external.
+//!         Ok(serde_json::json!({ "said": format!("{}, {}", self.greeting, order.name) }))
+//!     }
+//! }
+//!
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! # let dir = tempfile::tempdir()?;
+//! # let url = format!("sqlite://{}", dir.path().join("quickstart.db").display());
+//! // SQLite by default; `postgres://…` for many machines.
+//! let store = tickmark::connect(&url).await?;
+//! let handlers = Handlers::new().on(
+//!     "shop",
+//!     "order.paid",
+//!     Handler::new().step(Greet { greeting: "Thanks".into() }),
+//! );
+//! let engine = Engine::new(store, handlers)?;
+//!
+//! // The receiver calls accept() for every verified delivery.
+//! let first = engine
+//!     .accept(NewEvent::with_id("shop", "evt_1", "order.paid", serde_json::json!({"name": "Ada"})))
+//!     .await?;
+//! let again = engine
+//!     .accept(NewEvent::with_id("shop", "evt_1", "order.paid", serde_json::json!({"name": "Ada"})))
+//!     .await?;
+//! assert!(first.is_new());
+//! assert_eq!(again, tickmark::Accepted::Duplicate);
+//!
+//! // A worker runs the steps (usually forever: `worker.run(shutdown_token)`).
+//! engine.worker(WorkerConfig::default())?.run_until_idle().await?;
+//!
+//! // The step-status table.
+//! let status = engine.event_status("shop", "evt_1").await?.expect("accepted");
+//! assert_eq!(status.state(), tickmark::EventState::Done);
+//! let greet = status.step("greet").expect("a step of the plan");
+//! assert_eq!(greet.state, tickmark::StepState::Done);
+//! assert_eq!(greet.idempotency_key, "shop:evt_1:greet");
+//! assert_eq!(greet.output.as_ref().unwrap()["said"], "Thanks, Ada");
+//! # Ok(())
+//! # }
+//! ```
+//!
+//! ## Where things are
+//!
+//! | module | what |
+//! |---|---|
+//! | [`step`], [`outcome`], [`context`] | the `Step` trait, its outcomes, and what a running step sees |
+//! | [`handler`] | ordered steps per (source, kind), encoded into a plan stored with each event |
+//! | [`flow`] | fleet-wide rate limits and concurrency limits per key |
+//! | [`inbox`] | accepting an event: the dedup decision |
+//! | `claim` | leases, fencing tokens, the heartbeat |
+//! | [`runner`] | the worker loop, running one event, graceful shutdown |
+//! | [`retry`] | the durable retry schedule |
+//! | [`store`] | one `Store` trait; `postgres` and `sqlite` modules |
+//! | [`receiver`] | the axum webhook receiver; one verifier per provider in `receiver::providers` |
+//! | [`operator`] | the operator's actions (retry, cancel, skip, mark done by hand) and the rules they follow |
+//! | [`cli`] | `tickmark`, the operator's command line: status, events, retry, skip, prune |
+//! | [`metrics`] | counters and queue gauges in the Prometheus text format |
+//! | [`dashboard`] | the operators' web page: overview, event list, step-status table, retry button |
+//! | [`ops`] | the operations router: `GET /metrics` and the dashboard, to serve beside the receiver |
+//! | [`reconcile`] | recovering what a provider gave up on from its own API (Stripe's events, GitHub's delivery log, Shopify's subscriptions) |
+//!
+//! The guarantees, and the tests that prove them, are listed in `docs/guarantees.md`;
+//! the layers these modules form, in `docs/architecture.md`.
+//!
+//! ## Cargo features
+//!
+//! All but `testing` on by default. An application that embeds only the engine turns the
+//! rest off: `tickmark = { version = "0.1", default-features = false,
+//! features = ["postgres"] }` builds no HTTP stack, no SQLite and no CLI.
+//!
+//! | feature | what it adds |
+//! |---|---|
+//! | `sqlite` | the embedded backend, [`store::sqlite`] (one file, no server) |
+//! | `postgres` | the multi-machine backend, [`store::postgres`] |
+//! | `receiver` | [`receiver`]: the axum webhook receiver and its providers' verifiers |
+//! | `dashboard` | [`dashboard`] and [`ops`]: the operators' pages and `GET /metrics` |
+//! | `serve` | [`serve`]: serving a router with connection and time limits (on with `receiver` or `dashboard`) |
+//! | `cli` | [`cli`] and the `tickmark` binary |
+//! | `reconcile` | [`reconcile`] and `tickmark reconcile`: an HTTPS client (rustls) for the providers' APIs |
+//! | `testing` | `tickmark::testing`, the test kit for your own handlers (off by default: a `[dev-dependencies]` feature) |
+//!
+//! At least one backend is needed. The engine itself (steps, handlers, the
+//! inbox, workers, operator actions, metrics counters) is in every build.
+
+#![forbid(unsafe_code)]
+// docs.rs builds with `--cfg docsrs` on nightly and every feature on
+// (`[package.metadata.docs.rs]` in Cargo.toml). `doc_cfg` labels each
+// feature-gated item "Available on crate feature … only"; a feature-gated
+// public item also says so itself, for readers of the source:
+// `#[cfg_attr(docsrs, doc(cfg(feature = "…")))]` next to its `#[cfg]`, as
+// `cli` below. (`doc_auto_cfg` was folded into `doc_cfg` and no longer exists.)
+#![cfg_attr(docsrs, feature(doc_cfg))]
+
+#[cfg(not(any(feature = "postgres", feature = "sqlite")))]
+compile_error!(
+    "tickmark needs a database: enable its `sqlite` feature, its `postgres` feature, or both \
+     (both are on by default; with `default-features = false`, add e.g. `features = [\"postgres\"]`)"
+);
+
+mod error;
+pub mod store;
+
+// The engine core (tickmark-core) and its storage interface (tickmark-driver),
+// module by module as users name them.
+pub use tickmark_core::{context, handler, inbox, metrics, operator, outcome, runner, step};
+pub use tickmark_driver::{event, flow, ordering, retry, wait};
+// Seeding the jitter is for the simulator (sim/), which replays a run from
+// its seed: public for it, hidden from the API and outside semver.
+#[doc(hidden)]
+pub use tickmark_driver::jitter;
+// The stored plan's encoding: internal, outside semver. Public only for the
+// fuzz targets (fuzz/), which decode hostile plans; the one item users need
+// is `StepOptions`, re-exported below.
+#[doc(hidden)]
+pub use tickmark_core::plan;
+
+// The outer parts, one crate each, behind their features.
+#[cfg(feature = "cli")]
+#[cfg_attr(docsrs, doc(cfg(feature = "cli")))]
+pub use tickmark_cli as cli;
+#[cfg(feature = "dashboard")]
+#[cfg_attr(docsrs, doc(cfg(feature = "dashboard")))]
+pub use tickmark_dashboard as dashboard;
+#[cfg(feature = "dashboard")]
+#[cfg_attr(docsrs, doc(cfg(feature = "dashboard")))]
+pub use tickmark_dashboard::ops;
+#[cfg(feature = "receiver")]
+#[cfg_attr(docsrs, doc(cfg(feature = "receiver")))]
+pub use tickmark_receiver as receiver;
+#[cfg(feature = "reconcile")]
+#[cfg_attr(docsrs, doc(cfg(feature = "reconcile")))]
+pub use tickmark_reconcile as reconcile;
+#[cfg(feature = "serve")]
+#[cfg_attr(docsrs, doc(cfg(feature = "serve")))]
+pub use tickmark_serve as serve;
+#[cfg(feature = "testing")]
+#[cfg_attr(docsrs, doc(cfg(feature = "testing")))]
+pub use tickmark_testing as testing;
+
+pub use error::Error;
+pub use store::{connect, migrate};
+pub use tickmark_core::{
+    idempotency_key, output, redact_url, Accepted, ConfigError, Engine, EventStatus, FailureKind,
+    Handler, Handlers, Metrics, Output, Resources, SecretString, Step, StepContext, StepError,
+    StepOptions, StepOutputs, StepResult, TerminalExt, Worker, WorkerConfig, WorkerConfigError,
+    WorkerStats, ANY,
+};
+pub use tickmark_driver::{
+    Backend, Event, EventState, NewEvent, RetryPolicy, StepState, StepTransaction, Store,
+    StoreError,
+};
+#[cfg(feature = "receiver")]
+#[cfg_attr(docsrs, doc(cfg(feature = "receiver")))]
+pub use tickmark_receiver::Receiver;
+
+/// The sqlx this crate is built with, for steps that reach the backend's own
+/// connection ([`StepTransaction::postgres`], [`StepTransaction::sqlite`]) with
+/// the same version.
+#[doc(no_inline)]
+pub use sqlx;
+
+/// The shutdown signal [`Worker::run`] takes (and the one the receiver's
+/// and the dashboard's servers can share): `tokio_util`'s, re-exported so an
+/// application needs no `tokio-util` dependency of its own. Cancel it to let
+/// the worker finish its running steps and return.
+#[doc(no_inline)]
+pub use tokio_util::sync::CancellationToken;

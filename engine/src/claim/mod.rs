@@ -1,8 +1,0 @@
-//! Claims and leases: which events this worker holds, and the heartbeat that
-//! keeps them. The claim itself is one store call (`Store::event_claim_many`).
-
-mod heartbeat;
-mod lease_book;
-
-pub(crate) use heartbeat::heartbeat_loop;
-pub(crate) use lease_book::{HeldLease, LeaseBook};
