@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 use serde::de::DeserializeOwned;
 use tokio_util::sync::CancellationToken;
 
-use crate::outcome::StepError;
+use crate::step::StepError;
 use crate::resources::Resources;
 use tickmark_driver::event::{Accepted, Event, NewEvent};
 use tickmark_driver::store::{Lease, StepTransaction, Store, StoreError};
@@ -402,7 +402,7 @@ mod tests {
     use serde_json::json;
 
     use super::*;
-    use crate::outcome::FailureKind;
+    use crate::step::FailureKind;
 
     #[derive(Debug, Deserialize)]
     struct Invoice {

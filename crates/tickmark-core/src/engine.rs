@@ -6,11 +6,14 @@ use crate::event_status::EventStatus;
 use crate::handler::{ConfigError, Handlers, Registry};
 use crate::inbox::{self, Accepted};
 use crate::metrics::Metrics;
-use crate::operator::{replan, AdminError, ReplanIgnored, ReplanReport};
+use crate::operator::{replan, AdminError, Operations, ReplanIgnored, ReplanReport, RetryRequest};
 use crate::resources::Resources;
 use crate::runner::{AloneGate, Worker, WorkerConfig, WorkerConfigError};
 use tickmark_driver::event::NewEvent;
-use tickmark_driver::store::{AppConnection, StepTransaction, Store, StoreError};
+use tickmark_driver::store::admin::EventFilter;
+use tickmark_driver::store::{
+    AppConnection, EventCounts, EventRecord, StepTransaction, Store, StoreError,
+};
 
 /// Accepts events into the inbox and makes workers that run them.
 ///
@@ -152,6 +155,24 @@ impl Engine {
         Ok(Some(EventStatus { record, steps }))
     }
 
+    /// How many events are in each state, how many wait, and how long the
+    /// oldest due event has waited: what `tickmark status` and `/metrics`
+    /// show, in one read.
+    pub async fn event_counts(&self) -> Result<EventCounts, StoreError> {
+        self.store.event_counts().await
+    }
+
+    /// The events `filter` selects, newest first (at most `filter.limit`).
+    pub async fn events(&self, filter: &EventFilter) -> Result<Vec<EventRecord>, StoreError> {
+        self.store.event_list(filter).await
+    }
+
+    /// Run an event again from a step (the operator's retry: fenced and
+    /// audited, refused in a state that does not allow it, with the reason).
+    pub async fn retry(&self, request: &RetryRequest<'_>) -> Result<EventRecord, AdminError> {
+        self.store.event_retry(request).await
+    }
+
     /// Give the ignored events `request` names the plans this engine's
     /// handlers have for them: after a deploy adds a handler for a kind
     /// that was recorded `ignored`, its events run as if the handler had
@@ -165,8 +186,11 @@ impl Engine {
         replan::replan_ignored(self.store.as_ref(), &self.registry, request).await
     }
 
-    /// The store: the operator's side ([`Admin`](tickmark_driver::store::admin::Admin))
-    /// and the engine's. To read one event, [`Engine::event_status`] is enough.
+    /// The store, for tickmark's own crates (the receiver, the dashboard,
+    /// reconcile, the command line). Outside semver: read an engine's state
+    /// through [`Engine::event_status`], [`Engine::event_counts`] and
+    /// [`Engine::events`].
+    #[doc(hidden)]
     pub fn store(&self) -> &Arc<dyn Store> {
         &self.store
     }

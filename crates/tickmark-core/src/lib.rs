@@ -28,7 +28,6 @@ mod idempotency;
 pub mod inbox;
 pub mod metrics;
 pub mod operator;
-pub mod outcome;
 // The stored plan's encoding: internal, outside semver. Public for the fuzz
 // targets (fuzz/), which decode hostile plans; the one item users need is
 // `StepOptions`, re-exported below.

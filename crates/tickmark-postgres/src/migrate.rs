@@ -25,10 +25,10 @@ use tickmark_driver::store::migration::plan::{self, Recorded};
 use tickmark_driver::store::migration::MigrationError;
 use tickmark_driver::store::{Backend, StoreError};
 
-// `engine/migrations` is a symlink to the workspace's `migrations/`: one copy
-// of the SQL, which `cargo package` follows into the published crate. Only
+// This crate's `migrations` is a symlink to the workspace's `migrations/postgres`:
+// one copy of the SQL, which `cargo package` follows into the published crate. Only
 // the embedded migrations are read from it: tickmark runs them itself.
-static MIGRATOR: Migrator = sqlx::migrate!("migrations/postgres");
+static MIGRATOR: Migrator = sqlx::migrate!("./migrations");
 
 /// This build's migrations, in order.
 pub(super) fn migrations() -> &'static [Migration] {

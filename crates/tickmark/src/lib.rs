@@ -80,7 +80,7 @@
 //!
 //! | module | what |
 //! |---|---|
-//! | [`step`], [`outcome`], [`context`] | the `Step` trait, its outcomes, and what a running step sees |
+//! | [`step`], [`context`] | the `Step` trait, its outcomes, and what a running step sees |
 //! | [`handler`] | ordered steps per (source, kind), encoded into a plan stored with each event |
 //! | [`flow`] | fleet-wide rate limits and concurrency limits per key |
 //! | [`inbox`] | accepting an event: the dedup decision |
@@ -139,7 +139,7 @@ pub mod store;
 
 // The engine core (tickmark-core) and its storage interface (tickmark-driver),
 // module by module as users name them.
-pub use tickmark_core::{context, handler, inbox, metrics, operator, outcome, runner, step};
+pub use tickmark_core::{context, handler, inbox, metrics, operator, runner, step};
 pub use tickmark_driver::{event, flow, ordering, retry, wait};
 // Seeding the jitter is for the simulator (sim/), which replays a run from
 // its seed: public for it, hidden from the API and outside semver.

@@ -17,7 +17,7 @@ use planned::plan_event;
 
 use crate::context::FollowUps;
 use crate::handler::Registry;
-use crate::outcome::StepError;
+use crate::step::StepError;
 use tickmark_driver::event::NewEvent;
 use tickmark_driver::store::transient::retry_transient;
 use tickmark_driver::store::{AppConnection, Store, StoreError};

@@ -1,5 +1,5 @@
 //! The `Step` trait: one unit of a handler's work. What it returns is in
-//! [`outcome`](crate::outcome) (re-exported here).
+//! `outcome.rs` beside it.
 //!
 //! A step is a plain Rust struct. Its fields are its configuration; they are
 //! serialised with `typetag` into the event's stored plan when the event is
@@ -8,10 +8,12 @@
 //! (`#[typetag::serde(name = "credit_account")]`), never a Rust type path, so
 //! moving or renaming the struct does not strand stored plans.
 
+mod outcome;
+
 use std::fmt;
 
 use crate::context::StepContext;
-pub use crate::outcome::{output, FailureKind, StepError, StepResult, TerminalExt};
+pub use outcome::{output, FailureKind, StepError, StepResult, TerminalExt};
 
 /// One ordered unit of work in a handler.
 ///
