@@ -1,0 +1,395 @@
+-- GENERATED FILE, NOT APPLIED: tickmark's PostgreSQL schema as
+-- migrations/postgres/*.sql leave it. The migrations are the source; this
+-- is their result, read back from a freshly migrated database's catalogs
+-- by tests/tests/schema_snapshot.rs, which fails when the two differ.
+-- Regenerate it after changing a migration, and commit it with the migration:
+--   TICKMARK_BLESS_SCHEMA=1 cargo test -p tickmark-tests --test schema_snapshot
+-- What it holds and why not a dump: docs/schema.md.
+-- The schema's name is written <schema>: tickmark's objects live in the
+-- connection's search_path schema. Owners and privileges are left out.
+-- tickmark_migrations is the migration history, created by tickmark's
+-- migrator rather than by a migration: its shape is listed, its rows are not.
+
+-- Tables
+
+CREATE TABLE tickmark_audit (
+    id bigint NOT NULL GENERATED ALWAYS AS IDENTITY,
+    event_seq bigint NOT NULL,
+    at timestamp with time zone NOT NULL DEFAULT now(),
+    actor text NOT NULL,
+    action text NOT NULL,
+    step text,
+    reason text,
+    detail text,
+    CONSTRAINT tickmark_audit_event_id_fkey FOREIGN KEY (event_seq) REFERENCES tickmark_events(id) ON DELETE CASCADE,
+    CONSTRAINT tickmark_audit_pkey PRIMARY KEY (id)
+);
+
+CREATE TABLE tickmark_events (
+    id bigint NOT NULL GENERATED ALWAYS AS IDENTITY,
+    source text NOT NULL,
+    dedup_key text NOT NULL,
+    kind text NOT NULL,
+    payload json NOT NULL,
+    plan json NOT NULL,
+    state text NOT NULL,
+    step_count integer NOT NULL,
+    next_step integer NOT NULL DEFAULT 0,
+    attempt integer NOT NULL DEFAULT 0,
+    due_at timestamp with time zone NOT NULL DEFAULT now(),
+    lease_owner text,
+    lease_token bigint NOT NULL DEFAULT 0,
+    takeovers integer NOT NULL DEFAULT 0,
+    last_error text,
+    received_at timestamp with time zone NOT NULL DEFAULT now(),
+    step_started_at timestamp with time zone,
+    finished_at timestamp with time zone,
+    progress real,
+    progress_message text,
+    snoozed boolean NOT NULL DEFAULT false,
+    resource_key text,
+    resource_seq bigint,
+    replay_key text,
+    throttled_by text,
+    limit_key text,
+    limit_n integer,
+    debounce_key text,
+    burst_started_at timestamp with time zone,
+    superseded_by bigint,
+    wait_key text,
+    wait_since timestamp with time zone,
+    wait_until timestamp with time zone,
+    claimed_alone boolean NOT NULL DEFAULT false,
+    interrupted integer NOT NULL DEFAULT 0,
+    suspect boolean NOT NULL DEFAULT false,
+    CONSTRAINT tickmark_events_dedup UNIQUE (source, dedup_key),
+    CONSTRAINT tickmark_events_pkey PRIMARY KEY (id),
+    CONSTRAINT tickmark_events_state_check CHECK ((state = ANY (ARRAY['pending'::text, 'running'::text, 'done'::text, 'dead'::text, 'parked'::text, 'ignored'::text, 'cancelled'::text, 'stale'::text, 'superseded'::text])))
+);
+
+CREATE TABLE tickmark_match_keys (
+    match_key text NOT NULL,
+    event_seq bigint NOT NULL,
+    received_at timestamp with time zone NOT NULL DEFAULT now(),
+    CONSTRAINT tickmark_match_keys_pkey PRIMARY KEY (match_key, event_seq)
+);
+
+CREATE TABLE tickmark_migrations (
+    version bigint NOT NULL,
+    description text NOT NULL,
+    installed_on timestamp with time zone NOT NULL DEFAULT now(),
+    success boolean NOT NULL,
+    checksum bytea NOT NULL,
+    execution_time bigint NOT NULL,
+    CONSTRAINT tickmark_migrations_pkey PRIMARY KEY (version)
+);
+
+CREATE TABLE tickmark_rate_buckets (
+    bucket text NOT NULL,
+    tat_us bigint NOT NULL,
+    wait_us bigint NOT NULL DEFAULT 0,
+    CONSTRAINT tickmark_rate_buckets_pkey PRIMARY KEY (bucket)
+);
+
+CREATE TABLE tickmark_reconcile_cursors (
+    source text NOT NULL,
+    cursor text,
+    cursor_at timestamp with time zone,
+    lease_owner text,
+    lease_until timestamp with time zone,
+    fence bigint NOT NULL DEFAULT 0,
+    last_run_started_at timestamp with time zone,
+    last_run_finished_at timestamp with time zone,
+    last_summary text,
+    updated_at timestamp with time zone NOT NULL DEFAULT now(),
+    CONSTRAINT tickmark_reconcile_cursors_pkey PRIMARY KEY (source)
+);
+
+CREATE TABLE tickmark_resources (
+    resource_key text NOT NULL,
+    last_seq bigint NOT NULL,
+    event_seq bigint NOT NULL,
+    applied_at timestamp with time zone NOT NULL DEFAULT now(),
+    CONSTRAINT tickmark_resources_pkey PRIMARY KEY (resource_key)
+);
+
+CREATE TABLE tickmark_steps (
+    event_seq bigint NOT NULL,
+    position integer NOT NULL,
+    name text NOT NULL,
+    state text NOT NULL,
+    attempts integer NOT NULL,
+    lease_token bigint NOT NULL,
+    started_at timestamp with time zone,
+    finished_at timestamp with time zone NOT NULL,
+    output json,
+    last_error text,
+    CONSTRAINT tickmark_steps_pkey PRIMARY KEY (event_seq, "position"),
+    CONSTRAINT tickmark_steps_state_check CHECK ((state = ANY (ARRAY['done'::text, 'failed'::text, 'dead'::text, 'skipped'::text])))
+);
+
+CREATE TABLE tickmark_tombstones (
+    source text NOT NULL,
+    key_hash bytea NOT NULL,
+    accepted_at timestamp with time zone NOT NULL,
+    CONSTRAINT tickmark_tombstones_pkey PRIMARY KEY (source, key_hash)
+);
+
+-- Indexes (with those behind the constraints above)
+
+CREATE INDEX tickmark_audit_event ON tickmark_audit USING btree (event_seq, id);
+CREATE UNIQUE INDEX tickmark_audit_pkey ON tickmark_audit USING btree (id);
+CREATE INDEX tickmark_events_debounce ON tickmark_events USING btree (debounce_key) WHERE ((state = 'pending'::text) AND (debounce_key IS NOT NULL));
+CREATE UNIQUE INDEX tickmark_events_dedup ON tickmark_events USING btree (source, dedup_key);
+CREATE INDEX tickmark_events_due ON tickmark_events USING btree (due_at, id) WHERE (state = ANY (ARRAY['pending'::text, 'running'::text]));
+CREATE INDEX tickmark_events_limit ON tickmark_events USING btree (limit_key, due_at) WHERE ((state = 'running'::text) AND (limit_key IS NOT NULL));
+CREATE UNIQUE INDEX tickmark_events_pkey ON tickmark_events USING btree (id);
+CREATE UNIQUE INDEX tickmark_events_replay ON tickmark_events USING btree (source, replay_key) WHERE (replay_key IS NOT NULL);
+CREATE INDEX tickmark_events_serial ON tickmark_events USING btree (resource_key, id) WHERE ((state = ANY (ARRAY['pending'::text, 'running'::text])) AND (resource_key IS NOT NULL));
+CREATE INDEX tickmark_events_waiting ON tickmark_events USING btree (wait_key) WHERE ((state = 'pending'::text) AND (wait_key IS NOT NULL));
+CREATE INDEX tickmark_match_keys_event ON tickmark_match_keys USING btree (event_seq);
+CREATE UNIQUE INDEX tickmark_match_keys_pkey ON tickmark_match_keys USING btree (match_key, event_seq);
+CREATE UNIQUE INDEX tickmark_migrations_pkey ON tickmark_migrations USING btree (version);
+CREATE UNIQUE INDEX tickmark_rate_buckets_pkey ON tickmark_rate_buckets USING btree (bucket);
+CREATE UNIQUE INDEX tickmark_reconcile_cursors_pkey ON tickmark_reconcile_cursors USING btree (source);
+CREATE UNIQUE INDEX tickmark_resources_pkey ON tickmark_resources USING btree (resource_key);
+CREATE UNIQUE INDEX tickmark_steps_pkey ON tickmark_steps USING btree (event_seq, "position");
+CREATE INDEX tickmark_tombstones_accepted ON tickmark_tombstones USING brin (accepted_at);
+CREATE UNIQUE INDEX tickmark_tombstones_pkey ON tickmark_tombstones USING btree (source, key_hash);
+
+-- Sequences
+
+CREATE SEQUENCE tickmark_audit_id_seq AS bigint START 1 INCREMENT 1 MINVALUE 1 MAXVALUE 9223372036854775807 CACHE 1 OWNED BY tickmark_audit.id;
+CREATE SEQUENCE tickmark_events_id_seq AS bigint START 1 INCREMENT 1 MINVALUE 1 MAXVALUE 9223372036854775807 CACHE 1 OWNED BY tickmark_events.id;
+
+-- Views
+
+CREATE VIEW tickmark_step_status AS
+ SELECT e.id AS event_seq,
+    e.source,
+    e.dedup_key AS event_id,
+    e.kind,
+    (p.ordinality - 1)::integer AS "position",
+    p.entry ->> 'name'::text AS step,
+    (((e.source || ':'::text) || e.dedup_key) || ':'::text) || (p.entry ->> 'name'::text) AS idempotency_key,
+        CASE
+            WHEN s.state = ANY (ARRAY['done'::text, 'skipped'::text]) THEN s.state
+            WHEN (p.ordinality - 1) > e.next_step THEN
+            CASE
+                WHEN e.state = ANY (ARRAY['pending'::text, 'running'::text]) THEN 'pending'::text
+                ELSE 'not_run'::text
+            END
+            WHEN e.state = 'running'::text THEN
+            CASE
+                WHEN e.due_at > now() THEN 'running'::text
+                ELSE 'interrupted'::text
+            END
+            WHEN e.state = 'pending'::text THEN
+            CASE
+                WHEN e.wait_until IS NOT NULL THEN 'waiting'::text
+                WHEN e.snoozed AND e.throttled_by IS NOT NULL THEN 'throttled'::text
+                WHEN e.snoozed THEN 'snoozed'::text
+                WHEN s.state = 'failed'::text THEN 'retrying'::text
+                ELSE 'pending'::text
+            END
+            ELSE e.state
+        END AS state,
+        CASE
+            WHEN (p.ordinality - 1) = e.next_step THEN e.attempt
+            ELSE COALESCE(s.attempts, 0)
+        END AS attempts,
+        CASE
+            WHEN (p.ordinality - 1) = e.next_step AND e.state = 'running'::text THEN e.step_started_at
+            ELSE s.started_at
+        END AS started_at,
+        CASE
+            WHEN s.state = ANY (ARRAY['done'::text, 'skipped'::text]) THEN s.finished_at
+            ELSE NULL::timestamp with time zone
+        END AS finished_at,
+        CASE
+            WHEN (p.ordinality - 1) = e.next_step AND e.state = 'pending'::text THEN e.due_at
+            ELSE NULL::timestamp with time zone
+        END AS retry_at,
+        CASE
+            WHEN (p.ordinality - 1) = e.next_step AND e.state = 'running'::text THEN e.due_at
+            ELSE NULL::timestamp with time zone
+        END AS lease_until,
+        CASE
+            WHEN (p.ordinality - 1) = e.next_step AND e.state = 'running'::text THEN e.lease_owner
+            ELSE NULL::text
+        END AS worker,
+        CASE
+            WHEN (p.ordinality - 1) = e.next_step THEN COALESCE(e.last_error, s.last_error)
+            ELSE s.last_error
+        END AS last_error,
+    s.output,
+        CASE
+            WHEN (p.ordinality - 1) = e.next_step AND e.state = 'running'::text THEN e.progress
+            ELSE NULL::real
+        END AS progress,
+        CASE
+            WHEN (p.ordinality - 1) = e.next_step AND e.state = 'running'::text THEN e.progress_message
+            ELSE NULL::text
+        END AS progress_message
+   FROM tickmark_events e
+     CROSS JOIN LATERAL json_array_elements(e.plan -> 'steps'::text) WITH ORDINALITY p(entry, ordinality)
+     LEFT JOIN tickmark_steps s ON s.event_seq = e.id AND s."position" = (p.ordinality - 1);
+
+-- Functions
+
+CREATE OR REPLACE FUNCTION tickmark_claim(worker text, batch integer, lease_secs double precision, skip_sources text[], skip_kinds text[])
+ RETURNS TABLE(id bigint, source text, dedup_key text, kind text, payload text, received_at timestamp with time zone, plan text, next_step integer, attempt integer, lease_token bigint, took_over boolean, resource_key text, resource_seq bigint)
+ LANGUAGE sql
+ SET search_path TO 'pg_catalog', '<schema>', 'pg_temp'
+AS $function$
+    SELECT c.id, c.source, c.dedup_key, c.kind, c.payload, c.received_at,
+           c.plan, c.next_step, c.attempt, c.lease_token, c.took_over,
+           c.resource_key, c.resource_seq
+    FROM tickmark_claim(worker, batch, lease_secs, skip_sources, skip_kinds, false, true) AS c
+$function$;
+
+CREATE OR REPLACE FUNCTION tickmark_claim(worker text, batch integer, lease_secs double precision, skip_sources text[], skip_kinds text[], alone boolean, pending boolean)
+ RETURNS TABLE(id bigint, source text, dedup_key text, kind text, payload text, received_at timestamp with time zone, plan text, next_step integer, attempt integer, lease_token bigint, took_over boolean, resource_key text, resource_seq bigint, interrupted integer)
+ LANGUAGE plpgsql
+ SET enable_sort TO 'off'
+ SET enable_bitmapscan TO 'off'
+ SET enable_seqscan TO 'off'
+ SET jit TO 'off'
+ SET plan_cache_mode TO 'force_generic_plan'
+ SET search_path TO 'pg_catalog', '<schema>', 'pg_temp'
+AS $function$
+#variable_conflict use_column
+DECLARE
+    ids        BIGINT[];
+    was_states TEXT[];
+    keys       TEXT[];
+    ns         INT[];
+    limited    TEXT;
+    held       INT;
+    room       INT;
+    i          INT;
+BEGIN
+    SELECT coalesce(array_agg(d.id ORDER BY d.ord), '{}'),
+           coalesce(array_agg(d.state ORDER BY d.ord), '{}'),
+           coalesce(array_agg(d.limit_key ORDER BY d.ord), '{}'),
+           coalesce(array_agg(d.limit_n ORDER BY d.ord), '{}')
+    INTO ids, was_states, keys, ns
+    FROM (
+        SELECT c.id, c.state, c.limit_key, c.limit_n, row_number() OVER () AS ord
+        FROM tickmark_claimable(batch, alone, pending, skip_sources, skip_kinds) AS c
+    ) AS d;
+
+    -- Most claims have no limited event: a plain expression, no statement,
+    -- says so.
+    IF cardinality(array_remove(keys, NULL)) > 0 THEN
+        -- Keys in sorted order: two claims never wait for each other in a circle.
+        FOR limited IN SELECT DISTINCT k FROM unnest(array_remove(keys, NULL)) AS k ORDER BY k LOOP
+            PERFORM pg_advisory_xact_lock(hashtextextended('tickmark.limit:' || limited, 0));
+            SELECT count(*) INTO held FROM tickmark_events AS r
+            WHERE r.limit_key = limited AND r.state = 'running' AND r.due_at > now();
+            FOR i IN 1 .. coalesce(array_length(ids, 1), 0) LOOP
+                IF keys[i] = limited THEN
+                    room := ns[i] - held;
+                    IF room > 0 THEN
+                        held := held + 1;
+                    ELSE
+                        ids[i] := NULL; -- the key is full: not claimed (stays as it was)
+                    END IF;
+                END IF;
+            END LOOP;
+        END LOOP;
+    END IF;
+
+    RETURN QUERY
+    WITH due AS (
+        SELECT u.id, u.was_state
+        FROM unnest(ids, was_states) AS u (id, was_state)
+        WHERE u.id IS NOT NULL
+    )
+    UPDATE tickmark_events AS e
+    SET state = 'running',
+        lease_owner = worker,
+        lease_token = e.lease_token + 1,
+        due_at = now() + make_interval(secs => lease_secs),
+        -- Every claim counts a run; a run lost beside others is refunded:
+        -- its crash is not known to be its own.
+        attempt = e.attempt + 1,
+        interrupted = e.interrupted + CASE WHEN due.was_state = 'running' AND NOT e.claimed_alone
+                                           THEN 1 ELSE 0 END,
+        claimed_alone = alone,
+        -- A suspect taken (only a claim alone takes one) stays one until
+        -- its step is marked, whatever gives it back before.
+        suspect = e.suspect OR (due.was_state = 'running'
+                                AND (e.claimed_alone OR e.interrupted > 0)),
+        step_started_at = now(),
+        progress = NULL,
+        progress_message = NULL,
+        snoozed = false,
+        throttled_by = NULL,
+        takeovers = e.takeovers + CASE WHEN due.was_state = 'running' THEN 1 ELSE 0 END,
+        last_error = CASE WHEN due.was_state = 'running'
+            THEN 'interrupted: the lease of ' || coalesce(e.lease_owner, 'a worker')
+                 || ' expired before step ' || e.next_step
+                 || ' was marked; re-running it with the same idempotency key'
+            ELSE e.last_error END
+    FROM due
+    WHERE e.id = due.id
+    RETURNING e.id, e.source, e.dedup_key, e.kind, e.payload::text, e.received_at,
+              e.plan::text, e.next_step, e.attempt, e.lease_token,
+              (due.was_state = 'running'), e.resource_key, e.resource_seq, e.interrupted;
+END
+$function$;
+
+CREATE OR REPLACE FUNCTION tickmark_claimable(batch integer, alone boolean, pending boolean, skip_sources text[], skip_kinds text[])
+ RETURNS TABLE(id bigint, state text, limit_key text, limit_n integer, due_at timestamp with time zone)
+ LANGUAGE plpgsql
+ SET enable_sort TO 'off'
+ SET enable_bitmapscan TO 'off'
+ SET enable_seqscan TO 'off'
+ SET jit TO 'off'
+ SET plan_cache_mode TO 'force_generic_plan'
+ SET search_path TO 'pg_catalog', '<schema>', 'pg_temp'
+AS $function$
+#variable_conflict use_column
+BEGIN
+    RETURN QUERY
+    SELECT e.id, e.state, e.limit_key, e.limit_n, e.due_at
+    FROM tickmark_events AS e
+    WHERE e.state IN ('pending', 'running') AND e.due_at <= now()
+      AND CASE WHEN e.suspect OR (e.state = 'running' AND (e.claimed_alone OR e.interrupted > 0))
+                    THEN alone
+               WHEN e.state = 'pending' THEN pending
+               ELSE pending OR NOT alone END
+      AND NOT (e.source = ANY(skip_sources))
+      AND NOT ((e.source || chr(31) || e.kind) = ANY(skip_kinds))
+      -- An ordered event waits while an earlier one of its resource is unfinished.
+      AND NOT EXISTS (
+          SELECT 1 FROM tickmark_events AS earlier
+          WHERE earlier.resource_key = e.resource_key AND earlier.id < e.id
+            AND earlier.state IN ('pending', 'running'))
+      -- A limited event waits while its key is full (the claim checks again
+      -- under the key's lock: this only saves the lock).
+      AND (e.limit_key IS NULL OR (
+          SELECT count(*) FROM tickmark_events AS r
+          WHERE r.limit_key = e.limit_key AND r.state = 'running'
+            AND r.due_at > now()) < e.limit_n)
+    ORDER BY e.due_at, e.id
+    LIMIT CASE WHEN alone THEN least(batch, 1) ELSE batch END
+    FOR UPDATE SKIP LOCKED;
+END
+$function$;
+
+CREATE OR REPLACE FUNCTION tickmark_key_hash(kind text, key text)
+ RETURNS bytea
+ LANGUAGE sql
+ IMMUTABLE PARALLEL SAFE STRICT
+ SET search_path TO 'pg_catalog', '<schema>', 'pg_temp'
+AS $function$ SELECT substring(sha256(convert_to(kind || ':' || key, 'UTF8')) FROM 1 FOR 16) $function$;
+
+-- Triggers
+
+-- (none)
+
+-- Types
+
+-- (none)
