@@ -63,8 +63,8 @@ impl SimClock {
     }
 
     /// The store's view of this clock.
-    pub fn for_store(&self) -> tickmark::store::Clock {
+    pub fn for_store(&self) -> tickmark_driver::store::Clock {
         let clock = self.clone();
-        tickmark::store::Clock::from_fn(move || clock.now())
+        tickmark_driver::store::Clock::from_fn(move || clock.now())
     }
 }

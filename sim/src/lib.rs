@@ -67,7 +67,7 @@ pub enum SimError {
     Query(#[from] sqlx::Error),
     /// The handlers.
     #[error("handlers: {0}")]
-    Config(#[from] tickmark::ConfigError),
+    Config(#[from] tickmark::HandlerConfigError),
     /// The worker settings.
     #[error("worker settings: {0}")]
     Worker(#[from] tickmark::WorkerConfigError),

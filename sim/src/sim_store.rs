@@ -10,15 +10,15 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
-use tickmark::store::admin::{
+use tickmark::store::sqlite::SqliteStore;
+use tickmark::store::{AppConnection, Backend, StepTransaction, Store, StoreError};
+use tickmark_driver::store::admin::{
     Admin, AuditEntry, Decide, EventFilter, KeySlots, PruneBatch, StatusReport, TransitionError,
 };
-use tickmark::store::sqlite::SqliteStore;
-use tickmark::store::{
-    AppConnection, Backend, ClaimParams, ClaimedEvent, EventCounts, EventInsert, EventRecord,
-    InsertOutcome, Lease, MarkDone, MarkFailed, PlanGroup, RateTake, RateTaken, ReconcileCursor,
-    ReconcileLease, Release, SequenceCheck, StepStatus, StepTransaction, Store, StoreError,
-    WaitSettled, WaitStep, Wakeups,
+use tickmark_driver::store::{
+    ClaimParams, ClaimedEvent, EventCounts, EventInsert, EventRecord, InsertOutcome, Lease,
+    MarkDone, MarkFailed, PlanGroup, RateTake, RateTaken, ReconcileCursor, ReconcileLease, Release,
+    SequenceCheck, StepStatus, WaitSettled, WaitStep, Wakeups,
 };
 
 use crate::db::DbThread;
@@ -247,7 +247,7 @@ fn outcome_of<T>(result: &Result<T, StoreError>) -> String {
 }
 
 // The simulator is tickmark's own: it may implement the sealed `Store`.
-impl tickmark::store::unstable::StoreImplementation for SimStore {}
+impl tickmark_driver::store::unstable::StoreImplementation for SimStore {}
 
 #[async_trait::async_trait]
 impl Store for SimStore {

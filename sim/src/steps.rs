@@ -8,8 +8,8 @@ use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 use sqlx::SqlitePool;
-use tickmark::retry::RetryPolicy;
 use tickmark::{Handler, Handlers, Step, StepContext, StepError, StepResult};
+use tickmark_driver::retry::RetryPolicy;
 
 use crate::db::DbThread;
 use crate::dice::Dice;

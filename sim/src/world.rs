@@ -118,7 +118,7 @@ impl Run {
 
 /// Run seed `seed` against `variant`.
 pub fn run(seed: u64, variant: Variant) -> Result<RunReport, SimError> {
-    tickmark::jitter::seed_this_thread(Some(seed.rotate_left(17) ^ 0x5eed));
+    tickmark_driver::jitter::seed_this_thread(Some(seed.rotate_left(17) ^ 0x5eed));
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_time()
         .start_paused(true)
@@ -126,7 +126,7 @@ pub fn run(seed: u64, variant: Variant) -> Result<RunReport, SimError> {
     let report = runtime.block_on(run_in_runtime(seed, variant));
     // The processes' tasks (hung crashed ones included) go with the runtime.
     runtime.shutdown_background();
-    tickmark::jitter::seed_this_thread(None);
+    tickmark_driver::jitter::seed_this_thread(None);
     report
 }
 

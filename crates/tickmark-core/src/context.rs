@@ -12,8 +12,8 @@ use std::time::{Duration, Instant};
 use serde::de::DeserializeOwned;
 use tokio_util::sync::CancellationToken;
 
-use crate::step::StepError;
 use crate::resources::Resources;
+use crate::step::StepError;
 use tickmark_driver::event::{Accepted, Event, NewEvent};
 use tickmark_driver::store::{Lease, StepTransaction, Store, StoreError};
 

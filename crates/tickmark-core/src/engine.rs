@@ -3,10 +3,12 @@
 use std::sync::Arc;
 
 use crate::event_status::EventStatus;
-use crate::handler::{ConfigError, Handlers, Registry};
+use crate::handler::{HandlerConfigError, Handlers, Registry};
 use crate::inbox::{self, Accepted};
 use crate::metrics::Metrics;
-use crate::operator::{replan, AdminError, Operations, ReplanIgnored, ReplanReport, RetryRequest};
+use crate::operator::{
+    replan, Actor, AdminError, Operations, ReplanIgnored, ReplanReport, RetryRequest,
+};
 use crate::resources::Resources;
 use crate::runner::{AloneGate, Worker, WorkerConfig, WorkerConfigError};
 use tickmark_driver::event::NewEvent;
@@ -31,7 +33,7 @@ pub struct Engine {
 impl Engine {
     /// Check and encode the handlers once; fails on a handler that could never
     /// run correctly (duplicate step names, bad names, no steps).
-    pub fn new(store: Arc<dyn Store>, handlers: Handlers) -> Result<Self, ConfigError> {
+    pub fn new(store: Arc<dyn Store>, handlers: Handlers) -> Result<Self, HandlerConfigError> {
         Ok(Self {
             store,
             registry: Arc::new(handlers.compile()?),
@@ -66,7 +68,7 @@ impl Engine {
     /// `conn` is the application's transaction on the engine's database
     /// (`&mut tx`, a `sqlx::Transaction` on PostgreSQL or SQLite), usually
     /// on the pool the store was built on
-    /// ([`PostgresStore::from_pool`](tickmark_postgres::PostgresStore::from_pool)):
+    /// (`PostgresStore::from_pool`):
     ///
     /// ```no_run
     /// # async fn handle(engine: tickmark::Engine, pool: sqlx::PgPool, event: tickmark::NewEvent)
@@ -167,12 +169,6 @@ impl Engine {
         self.store.event_list(filter).await
     }
 
-    /// Run an event again from a step (the operator's retry: fenced and
-    /// audited, refused in a state that does not allow it, with the reason).
-    pub async fn retry(&self, request: &RetryRequest<'_>) -> Result<EventRecord, AdminError> {
-        self.store.event_retry(request).await
-    }
-
     /// Give the ignored events `request` names the plans this engine's
     /// handlers have for them: after a deploy adds a handler for a kind
     /// that was recorded `ignored`, its events run as if the handler had
@@ -193,6 +189,63 @@ impl Engine {
     #[doc(hidden)]
     pub fn store(&self) -> &Arc<dyn Store> {
         &self.store
+    }
+}
+
+/// The operator's actions, on the engine's store: the same fenced, audited
+/// transitions as `tickmark retry`, `cancel` and `skip` and the dashboard's
+/// retry button.
+#[async_trait::async_trait]
+impl Operations for Engine {
+    async fn event_retry(&self, request: &RetryRequest<'_>) -> Result<EventRecord, AdminError> {
+        self.store.event_retry(request).await
+    }
+
+    async fn event_cancel(
+        &self,
+        event_seq: i64,
+        actor: Actor<'_>,
+    ) -> Result<EventRecord, AdminError> {
+        self.store.event_cancel(event_seq, actor).await
+    }
+
+    async fn step_skip(
+        &self,
+        event_seq: i64,
+        step: &str,
+        actor: Actor<'_>,
+    ) -> Result<EventRecord, AdminError> {
+        self.store.step_skip(event_seq, step, actor).await
+    }
+
+    async fn step_mark_done_by_hand(
+        &self,
+        event_seq: i64,
+        step: &str,
+        actor: Actor<'_>,
+    ) -> Result<EventRecord, AdminError> {
+        self.store
+            .step_mark_done_by_hand(event_seq, step, actor)
+            .await
+    }
+
+    async fn wait_feed(
+        &self,
+        event_seq: i64,
+        step: &str,
+        fed: i64,
+        actor: Actor<'_>,
+    ) -> Result<EventRecord, AdminError> {
+        self.store.wait_feed(event_seq, step, fed, actor).await
+    }
+
+    async fn wait_time_out(
+        &self,
+        event_seq: i64,
+        step: &str,
+        actor: Actor<'_>,
+    ) -> Result<EventRecord, AdminError> {
+        self.store.wait_time_out(event_seq, step, actor).await
     }
 }
 

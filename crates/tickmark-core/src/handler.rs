@@ -20,7 +20,7 @@ pub const MAX_NAME_LEN: usize = 128;
 /// A handler definition is wrong. Raised when the engine is built, not at run time.
 #[non_exhaustive]
 #[derive(Debug, thiserror::Error)]
-pub enum ConfigError {
+pub enum HandlerConfigError {
     /// Two steps of one handler share a name, so they would share idempotency keys.
     #[error("handler for ({source_name}, {kind}) has two steps named `{step}`; give one of them another name with `Handler::named_step`")]
     DuplicateStepName {
@@ -467,14 +467,14 @@ impl Handlers {
     }
 
     #[doc(hidden)]
-    pub fn compile(self) -> Result<Registry, ConfigError> {
+    pub fn compile(self) -> Result<Registry, HandlerConfigError> {
         let mut rate_limits = HashMap::new();
         for limit in self.rate_limits {
             check_name("rate limit", limit.name())?;
             limit.check()?;
             let name = limit.name().to_owned();
             if rate_limits.insert(name.clone(), limit).is_some() {
-                return Err(ConfigError::DuplicateRateLimit(name));
+                return Err(HandlerConfigError::DuplicateRateLimit(name));
             }
         }
         let mut by_source: HashMap<String, HashMap<String, CompiledHandler>> = HashMap::new();
@@ -483,13 +483,13 @@ impl Handlers {
             check_name("source", &source)?;
             check_name("kind", &kind)?;
             if handler.steps.is_empty() {
-                return Err(ConfigError::EmptyHandler {
+                return Err(HandlerConfigError::EmptyHandler {
                     source_name: source,
                     kind,
                 });
             }
             if let Some(problem) = handler.problem {
-                return Err(ConfigError::Misplaced {
+                return Err(HandlerConfigError::Misplaced {
                     source_name: source,
                     kind,
                     problem,
@@ -500,7 +500,7 @@ impl Handlers {
                 check_name("step", &step.name)?;
                 check_reads(&source, &kind, &handler.steps[..position], step)?;
                 if !seen.insert(step.name.as_str()) {
-                    return Err(ConfigError::DuplicateStepName {
+                    return Err(HandlerConfigError::DuplicateStepName {
                         source_name: source,
                         kind,
                         step: step.name.clone(),
@@ -508,7 +508,7 @@ impl Handlers {
                 }
                 if let Some(used) = &step.rate_limit {
                     if !rate_limits.contains_key(&used.limit) {
-                        return Err(ConfigError::UnknownRateLimit {
+                        return Err(HandlerConfigError::UnknownRateLimit {
                             source_name: source,
                             kind,
                             step: step.name.clone(),
@@ -538,7 +538,7 @@ impl Handlers {
                     only_if: step.only_if.as_ref(),
                 }),
             )
-            .map_err(|error| ConfigError::Unserialisable {
+            .map_err(|error| HandlerConfigError::Unserialisable {
                 step: handler.step_names().join(", "),
                 reason: error.to_string(),
             })?;
@@ -558,7 +558,7 @@ impl Handlers {
                 .insert(kind.clone(), compiled)
                 .is_some()
             {
-                return Err(ConfigError::DuplicateHandler {
+                return Err(HandlerConfigError::DuplicateHandler {
                     source_name: source,
                     kind,
                 });
@@ -574,8 +574,12 @@ impl Handlers {
 
 /// Check a handler's waits and branches, and decide what each wait does on
 /// timeout: go on when a step runs on its timeout branch, else dead-letter.
-fn check_waits(source: &str, kind: &str, steps: &mut [HandlerStep]) -> Result<(), ConfigError> {
-    let misplaced = |problem| ConfigError::Misplaced {
+fn check_waits(
+    source: &str,
+    kind: &str,
+    steps: &mut [HandlerStep],
+) -> Result<(), HandlerConfigError> {
+    let misplaced = |problem| HandlerConfigError::Misplaced {
         source_name: source.to_owned(),
         kind: kind.to_owned(),
         problem,
@@ -593,7 +597,7 @@ fn check_waits(source: &str, kind: &str, steps: &mut [HandlerStep]) -> Result<()
             earlier.name == branch.wait && matches!(earlier.action, Action::Wait(Wait::Event(_)))
         });
         let Some(wait_at) = wait_at else {
-            return Err(ConfigError::UnknownWait {
+            return Err(HandlerConfigError::UnknownWait {
                 source_name: source.to_owned(),
                 kind: kind.to_owned(),
                 step: steps[position].name.clone(),
@@ -616,13 +620,13 @@ fn check_reads(
     kind: &str,
     before: &[HandlerStep],
     step: &HandlerStep,
-) -> Result<(), ConfigError> {
+) -> Result<(), HandlerConfigError> {
     let Action::Run(code) = &step.action else {
         return Ok(());
     };
     for output in code.reads() {
         if !before.iter().any(|earlier| earlier.name == output) {
-            return Err(ConfigError::UnknownOutput {
+            return Err(HandlerConfigError::UnknownOutput {
                 source_name: source.to_owned(),
                 kind: kind.to_owned(),
                 step: step.name.clone(),
@@ -634,7 +638,7 @@ fn check_reads(
     Ok(())
 }
 
-fn check_name(what: &'static str, name: &str) -> Result<(), ConfigError> {
+fn check_name(what: &'static str, name: &str) -> Result<(), HandlerConfigError> {
     let valid = !name.is_empty()
         && name.len() <= MAX_NAME_LEN
         && ((name == ANY && matches!(what, "source" | "kind"))
@@ -644,7 +648,7 @@ fn check_name(what: &'static str, name: &str) -> Result<(), ConfigError> {
     if valid {
         Ok(())
     } else {
-        Err(ConfigError::InvalidName {
+        Err(HandlerConfigError::InvalidName {
             what,
             name: name.to_owned(),
         })
@@ -1028,7 +1032,7 @@ mod tests {
                 .if_matched("paid"),
         );
         assert!(
-            matches!(unknown, ConfigError::UnknownWait { .. }),
+            matches!(unknown, HandlerConfigError::UnknownWait { .. }),
             "{unknown}"
         );
         let later = compile(
@@ -1037,14 +1041,20 @@ mod tests {
                 .if_matched("paid")
                 .wait("paid", paid_within(hour)),
         );
-        assert!(matches!(later, ConfigError::UnknownWait { .. }), "{later}");
+        assert!(
+            matches!(later, HandlerConfigError::UnknownWait { .. }),
+            "{later}"
+        );
         let timer = compile(
             Handler::new()
                 .sleep("paid", hour)
                 .named_step("fulfill", Tick)
                 .if_matched("paid"),
         );
-        assert!(matches!(timer, ConfigError::UnknownWait { .. }), "{timer}");
+        assert!(
+            matches!(timer, HandlerConfigError::UnknownWait { .. }),
+            "{timer}"
+        );
         let no_timeout = compile(Handler::new().wait(
             "paid",
             tickmark_driver::wait::WaitFor::event("shop", "order.paid").matching("/id"),
@@ -1099,7 +1109,7 @@ mod tests {
         )
         .unwrap_err();
         assert!(
-            matches!(&typo, ConfigError::UnknownOutput { step, output, earlier_steps, .. }
+            matches!(&typo, HandlerConfigError::UnknownOutput { step, output, earlier_steps, .. }
                 if step == "send_receipt" && output == "credit_acount" && earlier_steps == &["credit_account"]),
             "{typo:?}"
         );
@@ -1117,14 +1127,14 @@ mod tests {
         )
         .unwrap_err();
         assert!(
-            matches!(&later, ConfigError::UnknownOutput { output, earlier_steps, .. }
+            matches!(&later, HandlerConfigError::UnknownOutput { output, earlier_steps, .. }
                 if output == "credit_account" && earlier_steps.is_empty()),
             "{later:?}"
         );
 
         let itself = compile(Handler::new().named_step("loop", reads(&["loop"]))).unwrap_err();
         assert!(
-            matches!(itself, ConfigError::UnknownOutput { .. }),
+            matches!(itself, HandlerConfigError::UnknownOutput { .. }),
             "{itself}"
         );
     }
@@ -1136,7 +1146,7 @@ mod tests {
             .compile()
             .unwrap_err();
         assert!(
-            matches!(error, ConfigError::DuplicateStepName { .. }),
+            matches!(error, HandlerConfigError::DuplicateStepName { .. }),
             "{error}"
         );
     }
@@ -1155,7 +1165,7 @@ mod tests {
             assert!(
                 matches!(
                     error,
-                    ConfigError::InvalidName {
+                    HandlerConfigError::InvalidName {
                         what: "rate limit",
                         ..
                     }

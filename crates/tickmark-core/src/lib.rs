@@ -44,7 +44,7 @@ pub mod step;
 pub use context::{Output, StepContext, StepOutputs};
 pub use engine::Engine;
 pub use event_status::EventStatus;
-pub use handler::{ConfigError, Handler, Handlers, ANY};
+pub use handler::{Handler, HandlerConfigError, Handlers, ANY};
 pub use idempotency::idempotency_key;
 pub use inbox::Accepted;
 pub use metrics::Metrics;

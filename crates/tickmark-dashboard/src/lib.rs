@@ -13,7 +13,7 @@
 //! needs it: `Authorization: Bearer <token>`, or a browser session from the
 //! login form (an `HttpOnly`, `Secure`, `SameSite=Strict` cookie; its forms
 //! carry a CSRF token). A request without it gets 401, with the login form
-//! as the body. Next to it in [`ops::router`](crate::ops::router),
+//! as the body. Next to it in [`ops::router`],
 //! `/metrics` needs the token too, unless [`Dashboard::metrics_public`].
 //! Without a token the dashboard shows nothing and does nothing (every page
 //! answers 401 saying how to configure one): it cannot leak payloads by
@@ -129,7 +129,7 @@ impl Dashboard {
     }
 
     /// The token that every page, every action and (in
-    /// [`ops::router`](crate::ops::router)) `/metrics` need. Use a long
+    /// [`ops::router`]) `/metrics` need. Use a long
     /// random secret, at least [`MIN_TOKEN_BYTES`] long (a shorter one is a
     /// [start-up warning](Self::startup_warnings)); it is compared in
     /// constant time, and wrong guesses are throttled
@@ -216,7 +216,7 @@ impl Dashboard {
 
     /// The router. Serve it with `axum::serve`, nest it under a prefix (its
     /// links and its session cookie follow), or merge it with
-    /// [`ops::router`](crate::ops::router). Logs the
+    /// [`ops::router`]. Logs the
     /// [start-up warnings](Self::startup_warnings).
     ///
     /// Wrong tokens are counted per client address when the server puts

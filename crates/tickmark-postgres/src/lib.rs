@@ -166,7 +166,7 @@ impl PostgresStore {
     }
 
     /// A store on the application's own pool: no pool of tickmark's, and
-    /// **no migration** — call [`tickmark::migrate(&pool)`](tickmark::migrate)
+    /// **no migration** — call `tickmark::migrate(&pool)`
     /// first (beside the application's own `sqlx::migrate!`, in either
     /// order), or run `tickmark migrate` in a deploy step.
     ///

@@ -1,8 +1,8 @@
 //! How much of a listener one client may hold, and for how long: the
 //! connection and time limits of [`serve`](super::serve) (which
-//! [`Receiver::serve`](tickmark_receiver::Receiver::serve) and the operations
+//! `Receiver::serve` and the operations
 //! port use alike), the accept queue of [`bind`](super::bind), and the
-//! receiver's in-flight cap ([`Receiver::router`](tickmark_receiver::Receiver::router)).
+//! receiver's in-flight cap (`Receiver::router`).
 //!
 //! Providers send a small body quickly and then wait for the answer, and an
 //! operator's browser does too, so the defaults are tight for anything
@@ -110,7 +110,7 @@ pub struct Limits {
     /// end of its head. A body still arriving then is refused with 408
     /// `body_timeout` and the connection is closed (the dashboard's forms:
     /// 408). Applies to [`serve`](super::serve), and to
-    /// [`Receiver::router`](tickmark_receiver::Receiver::router) however it is
+    /// `Receiver::router` however it is
     /// served.
     pub body_read_timeout: Duration,
     /// How long the server's answers may wait for the client to take them:
@@ -168,7 +168,7 @@ pub struct Limits {
     /// head to the answer. A delivery beyond it is answered 503
     /// `overloaded` with `Retry-After` at once, its body unread. `/healthz`
     /// is not counted. Applies to
-    /// [`Receiver::router`](tickmark_receiver::Receiver::router).
+    /// `Receiver::router`.
     pub max_in_flight: usize,
 }
 

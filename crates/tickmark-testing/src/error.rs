@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use tickmark_core::handler::ConfigError;
+use tickmark_core::handler::HandlerConfigError;
 use tickmark_core::runner::WorkerConfigError;
 use tickmark_driver::event::{EventState, StepState};
 use tickmark_driver::store::StoreError;
@@ -20,7 +20,7 @@ pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
 pub enum TestError {
     /// The handlers do not compile into plans.
     #[error("the handlers are refused: {0}")]
-    Handlers(#[from] ConfigError),
+    Handlers(#[from] HandlerConfigError),
     /// The test database failed.
     #[error("the test database failed: {0}")]
     Store(#[from] StoreError),

@@ -2,11 +2,11 @@
 //!
 //! Each module keeps its own error enum, which says exactly what that part
 //! can get wrong (a [`StoreError`] is matched to choose between 503 and 500,
-//! a [`ConfigError`] names the handler at fault). `Error` is the one type
+//! a [`HandlerConfigError`] names the handler at fault). `Error` is the one type
 //! every one of them converts into, so an application's set-up code can use
 //! `?` on all of them and still match on the part that failed.
 
-use tickmark_core::handler::ConfigError;
+use tickmark_core::handler::HandlerConfigError;
 use tickmark_core::metrics::RenderError;
 use tickmark_core::operator::AdminError;
 use tickmark_core::runner::WorkerConfigError;
@@ -22,7 +22,7 @@ pub enum Error {
     Store(#[from] StoreError),
     /// A handler definition is wrong.
     #[error(transparent)]
-    Config(#[from] ConfigError),
+    Config(#[from] HandlerConfigError),
     /// A worker's settings could never run.
     #[error(transparent)]
     WorkerConfig(#[from] WorkerConfigError),
@@ -40,7 +40,7 @@ pub enum Error {
     #[cfg(feature = "receiver")]
     #[cfg_attr(docsrs, doc(cfg(feature = "receiver")))]
     #[error(transparent)]
-    Provider(#[from] tickmark_receiver::providers::ConfigError),
+    Provider(#[from] tickmark_receiver::providers::ProviderConfigError),
     /// A receiver's source name or path template is wrong.
     #[cfg(feature = "receiver")]
     #[cfg_attr(docsrs, doc(cfg(feature = "receiver")))]

@@ -78,26 +78,28 @@
 //!
 //! ## Where things are
 //!
+//! The root holds what a handler and its application write: [`Engine`],
+//! [`Handler`] and [`Handlers`], [`Step`] and [`StepContext`], [`NewEvent`],
+//! the [`EventStatus`] (step-status table) an engine reads back, and
+//! [`Worker`] with its [`WorkerConfig`]. Around it:
+//!
 //! | module | what |
 //! |---|---|
-//! | [`step`], [`context`] | the `Step` trait, its outcomes, and what a running step sees |
-//! | [`handler`] | ordered steps per (source, kind), encoded into a plan stored with each event |
-//! | [`flow`] | fleet-wide rate limits and concurrency limits per key |
-//! | [`inbox`] | accepting an event: the dedup decision |
-//! | `claim` | leases, fencing tokens, the heartbeat |
-//! | [`runner`] | the worker loop, running one event, graceful shutdown |
-//! | [`retry`] | the durable retry schedule |
-//! | [`store`] | one `Store` trait; `postgres` and `sqlite` modules |
+//! | [`store`] | connecting to SQLite or PostgreSQL; a backend's options; migrating an application's own pool |
+//! | [`wait`] | durable waits for another event or a time |
+//! | [`flow`] | fleet-wide rate limits, concurrency and debounce per key |
+//! | [`inbox`] | the dedup decision's body hash, for events without an id |
+//! | [`operator`] | the operator's actions (retry, cancel, skip, mark done by hand) as methods of an engine |
 //! | [`receiver`] | the axum webhook receiver; one verifier per provider in `receiver::providers` |
-//! | [`operator`] | the operator's actions (retry, cancel, skip, mark done by hand) and the rules they follow |
-//! | [`cli`] | `tickmark`, the operator's command line: status, events, retry, skip, prune |
-//! | [`metrics`] | counters and queue gauges in the Prometheus text format |
-//! | [`dashboard`] | the operators' web page: overview, event list, step-status table, retry button |
-//! | [`ops`] | the operations router: `GET /metrics` and the dashboard, to serve beside the receiver |
-//! | [`reconcile`] | recovering what a provider gave up on from its own API (Stripe's events, GitHub's delivery log, Shopify's subscriptions) |
+//! | [`serve`] | serving a router within connection and time limits |
+//! | [`dashboard`], [`ops`] | the operators' web page, and `GET /metrics` with it |
+//! | [`reconcile`] | recovering what a provider gave up on, from its own API |
+//! | [`cli`] | the operator's command line, to embed with an application's handlers |
+//! | `testing` | the test kit for your own handlers (feature `testing`) |
 //!
-//! The guarantees, and the tests that prove them, are listed in `docs/guarantees.md`;
-//! the layers these modules form, in `docs/architecture.md`.
+//! Each module is one of tickmark's crates (`tickmark-receiver`, …), chosen
+//! by a feature; docs/architecture.md draws them. The guarantees, and the
+//! tests that prove them, are listed in `docs/guarantees.md`.
 //!
 //! ## Cargo features
 //!
@@ -134,58 +136,45 @@ compile_error!(
      (both are on by default; with `default-features = false`, add e.g. `features = [\"postgres\"]`)"
 );
 
-mod error;
-pub mod store;
-
-// The engine core (tickmark-core) and its storage interface (tickmark-driver),
-// module by module as users name them.
-pub use tickmark_core::{context, handler, inbox, metrics, operator, runner, step};
-pub use tickmark_driver::{event, flow, ordering, retry, wait};
-// Seeding the jitter is for the simulator (sim/), which replays a run from
-// its seed: public for it, hidden from the API and outside semver.
-#[doc(hidden)]
-pub use tickmark_driver::jitter;
-// The stored plan's encoding: internal, outside semver. Public only for the
-// fuzz targets (fuzz/), which decode hostile plans; the one item users need
-// is `StepOptions`, re-exported below.
-#[doc(hidden)]
-pub use tickmark_core::plan;
-
-// The outer parts, one crate each, behind their features.
 #[cfg(feature = "cli")]
 #[cfg_attr(docsrs, doc(cfg(feature = "cli")))]
-pub use tickmark_cli as cli;
+pub mod cli;
 #[cfg(feature = "dashboard")]
 #[cfg_attr(docsrs, doc(cfg(feature = "dashboard")))]
-pub use tickmark_dashboard as dashboard;
+pub mod dashboard;
+mod error;
+pub mod flow;
+pub mod inbox;
+pub mod operator;
 #[cfg(feature = "dashboard")]
 #[cfg_attr(docsrs, doc(cfg(feature = "dashboard")))]
-pub use tickmark_dashboard::ops;
+pub mod ops;
 #[cfg(feature = "receiver")]
 #[cfg_attr(docsrs, doc(cfg(feature = "receiver")))]
-pub use tickmark_receiver as receiver;
+pub mod receiver;
 #[cfg(feature = "reconcile")]
 #[cfg_attr(docsrs, doc(cfg(feature = "reconcile")))]
-pub use tickmark_reconcile as reconcile;
+pub mod reconcile;
 #[cfg(feature = "serve")]
 #[cfg_attr(docsrs, doc(cfg(feature = "serve")))]
-pub use tickmark_serve as serve;
+pub mod serve;
+pub mod store;
 #[cfg(feature = "testing")]
 #[cfg_attr(docsrs, doc(cfg(feature = "testing")))]
-pub use tickmark_testing as testing;
+pub mod testing;
+pub mod wait;
 
 pub use error::Error;
-pub use store::{connect, migrate};
+pub use store::{connect, migrate, Backend, StepTransaction, Store, StoreError};
 pub use tickmark_core::{
-    idempotency_key, output, redact_url, Accepted, ConfigError, Engine, EventStatus, FailureKind,
-    Handler, Handlers, Metrics, Output, Resources, SecretString, Step, StepContext, StepError,
-    StepOptions, StepOutputs, StepResult, TerminalExt, Worker, WorkerConfig, WorkerConfigError,
-    WorkerStats, ANY,
+    idempotency_key, output, redact_url, Accepted, Engine, EventStatus, FailureKind, Handler,
+    HandlerConfigError, Handlers, Metrics, Output, Resources, SecretString, Step, StepContext,
+    StepError, StepOptions, StepOutputs, StepResult, TerminalExt, Worker, WorkerConfig,
+    WorkerConfigError, WorkerStats, ANY,
 };
-pub use tickmark_driver::{
-    Backend, Event, EventState, NewEvent, RetryPolicy, StepState, StepTransaction, Store,
-    StoreError,
-};
+pub use tickmark_driver::store::admin::EventFilter;
+pub use tickmark_driver::store::{EventCounts, EventRecord};
+pub use tickmark_driver::{Event, EventState, NewEvent, RetryPolicy, StepState};
 #[cfg(feature = "receiver")]
 #[cfg_attr(docsrs, doc(cfg(feature = "receiver")))]
 pub use tickmark_receiver::Receiver;

@@ -1,23 +1,33 @@
-//! Storage: one trait ([`Store`]), one crate per backend.
-//!
-//! The interface is `tickmark-driver`'s, re-exported here whole; the
-//! backends are the `tickmark-postgres` and `tickmark-sqlite` crates, here as
-//! [`postgres`] and [`sqlite`] (each behind its feature). What needs both
-//! backends at once lives here: [`connect`] by URL, and [`migrate`] on an
-//! application's pool.
+//! Storage: the database tickmark keeps its inbox, plans and step-status
+//! table in. [`connect`] by URL picks the backend; [`postgres`] and
+//! [`sqlite`] build a store with options, or on an application's own pool
+//! (then [`migrate`] it first). What the engine asks of a database is the
+//! [`Store`] trait (tickmark's own stores implement it; read an engine's
+//! state through [`Engine`](crate::Engine)).
 
 use std::sync::Arc;
 
 use futures_util::future::BoxFuture;
 
-pub use tickmark_driver::store::*;
+pub use tickmark_driver::store::{
+    AppConnection, Backend, MigrationError, PortableQuery, PortableRow, SqlValue, StepTransaction,
+    Store, StoreError,
+};
 
+/// The multi-machine backend (the `tickmark-postgres` crate).
 #[cfg(feature = "postgres")]
 #[cfg_attr(docsrs, doc(cfg(feature = "postgres")))]
-pub use tickmark_postgres as postgres;
+pub mod postgres {
+    pub use tickmark_postgres::{PoolExecutor, PostgresOptions, PostgresStore};
+}
+
+/// The embedded backend: one file, no server (the `tickmark-sqlite` crate).
 #[cfg(feature = "sqlite")]
 #[cfg_attr(docsrs, doc(cfg(feature = "sqlite")))]
-pub use tickmark_sqlite as sqlite;
+pub mod sqlite {
+    pub use tickmark_driver::store::Clock;
+    pub use tickmark_sqlite::{SqliteOptions, SqliteStore};
+}
 
 /// Connect to the database at `url` and apply the schema.
 ///
@@ -34,7 +44,7 @@ pub use tickmark_sqlite as sqlite;
 /// `read-write` (or `primary`) or `any` (the default, as in libpq: the
 /// first host that answers). See docs/failover.md.
 pub async fn connect(url: &str) -> Result<Arc<dyn Store>, StoreError> {
-    let store: Arc<dyn Store> = match backend_of(url) {
+    let store: Arc<dyn Store> = match tickmark_driver::store::backend_of(url) {
         #[cfg(feature = "sqlite")]
         Some(Backend::Sqlite) => Arc::new(tickmark_sqlite::SqliteStore::connect(url).await?),
         #[cfg(feature = "postgres")]

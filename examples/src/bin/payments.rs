@@ -27,12 +27,9 @@ use std::time::Duration;
 
 use clap::Parser;
 use tickmark::dashboard::Dashboard;
-use tickmark::receiver::{
-    Limits, PublicBaseUrl, DEFAULT_BODY_LIMIT, DEFAULT_MAX_CONNECTIONS,
-    DEFAULT_MAX_CONNECTIONS_PER_ADDRESS, DEFAULT_MAX_IN_FLIGHT,
-};
+use tickmark::receiver::{PublicBaseUrl, DEFAULT_BODY_LIMIT};
 use tickmark::reconcile::{Reconciler, StripeApi};
-use tickmark::serve::DEFAULT_MAX_REQUESTS_PER_CONNECTION;
+use tickmark::serve::Limits;
 use tickmark::{Engine, Receiver, SecretString, WorkerConfig};
 use tickmark_examples::payments::{self, ReceiptClient, ReceiptUrl, Settings, SourceSetup};
 use tickmark_examples::shutdown::shutdown_signal;
@@ -154,21 +151,21 @@ struct Args {
     write_timeout: Duration,
 
     /// Most requests answered on one connection; the last answer closes it.
-    #[arg(long, value_name = "N", default_value_t = DEFAULT_MAX_REQUESTS_PER_CONNECTION)]
+    #[arg(long, value_name = "N", default_value_t = Limits::default().max_requests_per_connection)]
     max_requests_per_connection: usize,
 
     /// Most connections open at once. At the cap a new connection takes the
     /// place of an idle one (of the client holding the most first); with
     /// none idle it is answered 503 and closed at once. Keep it below the
     /// open-file limit (`ulimit -n`).
-    #[arg(long, value_name = "N", default_value_t = DEFAULT_MAX_CONNECTIONS)]
+    #[arg(long, value_name = "N", default_value_t = Limits::default().max_connections)]
     max_connections: usize,
 
     /// Most connections open at once from one client address (an IPv6 /64
     /// counts as one); beyond it the client's own idle connection makes
     /// room, else 503 and close. Behind a reverse proxy every connection is
     /// the proxy's: set it to --max-connections there.
-    #[arg(long, value_name = "N", default_value_t = DEFAULT_MAX_CONNECTIONS_PER_ADDRESS)]
+    #[arg(long, value_name = "N", default_value_t = Limits::default().max_connections_per_address)]
     max_connections_per_address: usize,
 
     /// Seconds a connection may stay open; then it is closed after its
@@ -178,7 +175,7 @@ struct Args {
 
     /// Most deliveries handled at once; more are answered 503 with
     /// Retry-After at once.
-    #[arg(long, value_name = "N", default_value_t = DEFAULT_MAX_IN_FLIGHT)]
+    #[arg(long, value_name = "N", default_value_t = Limits::default().max_in_flight)]
     max_in_flight: usize,
 
     /// Largest delivery body accepted, in bytes; larger ones get 413.

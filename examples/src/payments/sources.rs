@@ -3,7 +3,7 @@
 //! path answers 404) and the app says so at start-up.
 
 use tickmark::receiver::providers::{
-    ConfigError, GitHub, Shopify, Slack, StandardWebhooks, Stripe, Twilio,
+    GitHub, ProviderConfigError, Shopify, Slack, StandardWebhooks, Stripe, Twilio,
 };
 use tickmark::receiver::ReceiverConfigError;
 use tickmark::Receiver;
@@ -49,7 +49,7 @@ pub enum MountError {
         variable: &'static str,
         /// The provider's reason.
         #[source]
-        error: ConfigError,
+        error: ProviderConfigError,
     },
     /// The receiver refused the source.
     #[error(transparent)]

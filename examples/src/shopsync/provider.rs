@@ -44,7 +44,9 @@
 
 use axum::http::{HeaderMap, HeaderName};
 use serde_json::{json, Value};
-use tickmark::receiver::providers::{ConfigError, Delivery, Provider, Rejection, Shopify, Verdict};
+use tickmark::receiver::providers::{
+    Delivery, Provider, ProviderConfigError, Rejection, Shopify, Verdict,
+};
 
 /// The header naming the shop a delivery is for.
 pub const SHOP_DOMAIN_HEADER: HeaderName = HeaderName::from_static("x-shopify-shop-domain");
@@ -74,7 +76,7 @@ pub struct ShopifyWithShop {
 impl ShopifyWithShop {
     /// A verifier for these client secrets (several during a rotation: a
     /// delivery verifies when any matches).
-    pub fn new<I, S>(secrets: I) -> Result<Self, ConfigError>
+    pub fn new<I, S>(secrets: I) -> Result<Self, ProviderConfigError>
     where
         I: IntoIterator<Item = S>,
         S: AsRef<str>,

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 use serde_json::json;
-use tickmark::handler::ConfigError;
+use tickmark::handler::HandlerConfigError;
 use tickmark::operator::{Operations, RetryRequest};
 use tickmark::{
     Engine, EventState, Handler, Handlers, NewEvent, Output, RetryPolicy, Step, StepContext,
@@ -383,7 +383,7 @@ pub async fn a_read_of_a_missing_or_later_step_is_refused_by_engine_new(db: Test
             .named_step("receipt", Receipt { declares: true }),
     );
     assert!(
-        matches!(&missing, ConfigError::UnknownOutput { step, output, .. }
+        matches!(&missing, HandlerConfigError::UnknownOutput { step, output, .. }
             if step == "receipt" && output == "credit"),
         "{missing:?}"
     );

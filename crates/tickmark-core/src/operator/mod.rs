@@ -8,14 +8,14 @@
 //! which reads the event locked, asks the decision, and applies it with an
 //! `UPDATE` that filters on the states the transition allows and bumps the
 //! fencing token, writing the audit row in the same transaction. The actions
-//! are methods of every store through [`Operations`]:
+//! are methods of an [`Engine`](crate::Engine) through [`Operations`]:
 //!
 //! ```no_run
-//! # async fn demo(store: &dyn tickmark::Store) -> Result<(), tickmark::operator::AdminError> {
+//! # async fn demo(engine: &tickmark::Engine) -> Result<(), tickmark::operator::AdminError> {
 //! use tickmark::operator::{Actor, Operations};
 //!
 //! let actor = Actor { who: "ops@example", reason: Some("customer asked") };
-//! store.event_cancel(42, actor).await?;
+//! engine.event_cancel(42, actor).await?;
 //! # Ok(())
 //! # }
 //! ```

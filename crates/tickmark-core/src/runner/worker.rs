@@ -69,7 +69,7 @@ impl Worker {
     /// finish within the grace period, give back leases of events that have
     /// steps left (so another worker picks them up at once), and return.
     ///
-    /// `shutdown` is [`tickmark::CancellationToken`](tickmark::CancellationToken)
+    /// `shutdown` is `tickmark::CancellationToken`
     /// (`tokio_util`'s, re-exported):
     ///
     /// ```no_run

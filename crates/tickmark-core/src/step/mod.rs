@@ -53,7 +53,7 @@ pub trait Step: Send + Sync + fmt::Debug {
     /// The earlier steps of the handler whose outputs this step reads, by
     /// their names in the handler. `Engine::new` refuses a handler in which
     /// one of them is not the name of an earlier step
-    /// ([`ConfigError::UnknownOutput`](crate::handler::ConfigError::UnknownOutput)),
+    /// ([`HandlerConfigError::UnknownOutput`](crate::handler::HandlerConfigError::UnknownOutput)),
     /// so a typo or a reordering is found at start-up, not on the first
     /// event. [`StepContext::output_of`] reads only what is declared here;
     /// the untyped `output` and `output_as` read any name, unchecked.

@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use super::key::FlowKey;
 
-/// How a handler coalesces bursts ([`Handler::debounce_per`](tickmark_core::Handler::debounce_per)).
+/// How a handler coalesces bursts (`Handler::debounce_per`).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Debounce {
     /// Where the key is in the payload (namespaced by source).

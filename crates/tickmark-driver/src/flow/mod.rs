@@ -3,9 +3,9 @@
 //!
 //! | limit | declared on | decided |
 //! |---|---|---|
-//! | [`RateLimit`]: a token bucket per key (capacity B, refilling at R per period) | [`Handlers::rate_limit`](tickmark_core::Handlers::rate_limit), used by [`Handler::rate_limited`](tickmark_core::Handler::rate_limited) | before the step runs: an empty bucket gives the event back until the next token is due, spending no attempt |
-//! | concurrency per key: at most N events of a key running at once | [`Handler::concurrency_per`](tickmark_core::Handler::concurrency_per) | in the claim: an event of a full key is not leased |
-//! | debounce per key: a burst of a key's events runs once, for the latest | [`Handler::debounce_per`](tickmark_core::Handler::debounce_per) | at accept: the newest waiting event supersedes the older ones |
+//! | [`RateLimit`]: a token bucket per key (capacity B, refilling at R per period) | `Handlers::rate_limit`, used by `Handler::rate_limited` | before the step runs: an empty bucket gives the event back until the next token is due, spending no attempt |
+//! | concurrency per key: at most N events of a key running at once | `Handler::concurrency_per` | in the claim: an event of a full key is not leased |
+//! | debounce per key: a burst of a key's events runs once, for the latest | `Handler::debounce_per` | at accept: the newest waiting event supersedes the older ones |
 //!
 //! Keys are values read from the event's payload with JSON pointers
 //! ([`FlowKey`]).

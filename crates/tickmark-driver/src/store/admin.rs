@@ -33,7 +33,7 @@ pub struct EventFilter {
 }
 
 /// Who holds the slots of a concurrency-limited event's key
-/// ([`Handler::concurrency_per`](tickmark_core::Handler::concurrency_per)).
+/// (`Handler::concurrency_per`).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct KeySlots {
     /// `{source}:{value}`.

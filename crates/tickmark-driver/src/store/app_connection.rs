@@ -1,12 +1,12 @@
 //! The application's own connection, in its own transaction, for
-//! [`Engine::accept_in`](tickmark_core::Engine::accept_in): tickmark writes the
+//! `Engine::accept_in`: tickmark writes the
 //! inbox row there, and it commits (or rolls back) with the application's
 //! business write.
 
 use std::marker::PhantomData;
 
 /// A connection of the application's, usually inside its transaction, that
-/// [`Engine::accept_in`](tickmark_core::Engine::accept_in) records an event on.
+/// `Engine::accept_in` records an event on.
 /// Made from `&mut sqlx::Transaction<'_, Postgres>` or `&mut PgConnection`
 /// (feature `postgres`), `&mut sqlx::Transaction<'_, Sqlite>` or
 /// `&mut SqliteConnection` (feature `sqlite`): pass `&mut tx`.

@@ -72,7 +72,7 @@ pub enum StoreError {
         /// How to set it.
         fix: &'static str,
     },
-    /// [`Engine::accept_in`](tickmark_core::Engine::accept_in) cannot record this
+    /// `Engine::accept_in` cannot record this
     /// event in the caller's transaction; says why and what to do instead
     /// (nothing was written).
     #[error("cannot accept this event in the caller's transaction: {0}")]

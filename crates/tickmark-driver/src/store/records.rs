@@ -35,7 +35,7 @@ pub struct EventInsert<'a> {
     /// The event's sequence for its resource, when stale events are skipped.
     pub resource_seq: Option<i64>,
     /// `{source}:{value}` when the handler limits how many events of a key
-    /// run at once, fleet-wide ([`Handler::concurrency_per`](tickmark_core::Handler::concurrency_per)).
+    /// run at once, fleet-wide (`Handler::concurrency_per`).
     pub limit_key: Option<&'a str>,
     /// That limit: at most this many events of `limit_key` running at once.
     pub limit_n: Option<i32>,
@@ -43,14 +43,14 @@ pub struct EventInsert<'a> {
     /// transaction of its own, not batched.
     pub debounce: Option<DebounceInsert<'a>>,
     /// The keys a waiting event may match this event by
-    /// ([`Handler::wait`](tickmark_core::Handler::wait)): recorded with the event, and
+    /// (`Handler::wait`): recorded with the event, and
     /// the events waiting on them are woken, in the insert's transaction (of
     /// its own, not batched).
     pub match_keys: &'a [String],
 }
 
 /// How an accepted event is coalesced with the waiting events of its key
-/// ([`Handler::debounce_per`](tickmark_core::Handler::debounce_per)).
+/// (`Handler::debounce_per`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct DebounceInsert<'a> {
     /// `{source}:{value}`.

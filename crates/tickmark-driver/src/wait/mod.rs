@@ -3,8 +3,8 @@
 //!
 //! | wait | declared with | settles |
 //! |---|---|---|
-//! | for an event: a later (or recent) accepted event of a source and kind whose key equals this event's | [`Handler::wait`](tickmark_core::Handler::wait) with [`WaitFor::event`] | matched (its output names the event) or timed out |
-//! | for a time: a duration, or a time read from the payload | [`Handler::sleep`](tickmark_core::Handler::sleep), [`Handler::sleep_until`](tickmark_core::Handler::sleep_until) | when the time comes |
+//! | for an event: a later (or recent) accepted event of a source and kind whose key equals this event's | `Handler::wait` with [`WaitFor::event`] | matched (its output names the event) or timed out |
+//! | for a time: a duration, or a time read from the payload | `Handler::sleep`, `Handler::sleep_until` | when the time comes |
 //!
 //! A waiting event is an ordinary pending event whose due time is its
 //! deadline: it holds no lease and no worker slot, and no worker polls it.
@@ -13,8 +13,8 @@
 //! transaction that looks the match up in the inbox, on both backends.
 //!
 //! What a timeout means is declared in the plan: steps marked
-//! [`Handler::if_matched`](tickmark_core::Handler::if_matched) or
-//! [`Handler::if_timed_out`](tickmark_core::Handler::if_timed_out) form the two
+//! `Handler::if_matched` or
+//! `Handler::if_timed_out` form the two
 //! branches (the branch not taken is recorded `skipped`); a wait with no
 //! `if_timed_out` step dead-letters the event on timeout.
 

@@ -28,7 +28,7 @@ impl WaitOutcome {
 }
 
 /// The outputs a wait step is marked done with: later steps read them with
-/// [`StepContext::output`](tickmark_core::StepContext), e.g. the matched event's id.
+/// `StepContext::output`, e.g. the matched event's id.
 ///
 /// ```json
 /// {"matched": {"event_seq": 41, "event_id": "evt_123"}}

@@ -39,7 +39,7 @@ use super::signature::{
     kind_from_header, kind_from_json, plain_secrets, replay_key, shortest, signature_header,
     validate_id, Secret,
 };
-use super::{ConfigError, Delivery, Provider, Rejection, Verdict, VerifiedEvent};
+use super::{Delivery, Provider, ProviderConfigError, Rejection, Verdict, VerifiedEvent};
 
 /// The kind given to every event when no kind source is configured and no
 /// other default is set.
@@ -177,19 +177,21 @@ enum Source {
 }
 
 impl Source {
-    fn new(source: FieldSource) -> Result<Self, ConfigError> {
+    fn new(source: FieldSource) -> Result<Self, ProviderConfigError> {
         match source {
             FieldSource::Header(name) => Ok(Self::Header(header_name(&name)?)),
             FieldSource::JsonPointer(pointer) if pointer.starts_with('/') => {
                 Ok(Self::Pointer(pointer))
             }
-            FieldSource::JsonPointer(pointer) => Err(ConfigError::InvalidJsonPointer { pointer }),
+            FieldSource::JsonPointer(pointer) => {
+                Err(ProviderConfigError::InvalidJsonPointer { pointer })
+            }
         }
     }
 }
 
-fn header_name(name: &str) -> Result<HeaderName, ConfigError> {
-    HeaderName::from_bytes(name.as_bytes()).map_err(|_| ConfigError::InvalidHeaderName {
+fn header_name(name: &str) -> Result<HeaderName, ProviderConfigError> {
+    HeaderName::from_bytes(name.as_bytes()).map_err(|_| ProviderConfigError::InvalidHeaderName {
         name: name.to_owned(),
     })
 }
@@ -210,9 +212,9 @@ pub struct GenericHmac {
 impl GenericHmac {
     /// A verifier for this configuration; fails on an invalid header name or
     /// JSON pointer, an invalid default kind, or no/empty secrets.
-    pub fn new(config: GenericHmacConfig) -> Result<Self, ConfigError> {
+    pub fn new(config: GenericHmacConfig) -> Result<Self, ProviderConfigError> {
         if !is_valid_kind(&config.default_kind) {
-            return Err(ConfigError::InvalidDefaultKind);
+            return Err(ProviderConfigError::InvalidDefaultKind);
         }
         Ok(Self {
             header: header_name(&config.signature_header)?,
@@ -626,23 +628,26 @@ mod tests {
         c.signature_header = "bad header".into();
         assert!(matches!(
             GenericHmac::new(c),
-            Err(ConfigError::InvalidHeaderName { .. })
+            Err(ProviderConfigError::InvalidHeaderName { .. })
         ));
         let mut c = config();
         c.id = Some(FieldSource::JsonPointer("id".into()));
         assert!(matches!(
             GenericHmac::new(c),
-            Err(ConfigError::InvalidJsonPointer { .. })
+            Err(ProviderConfigError::InvalidJsonPointer { .. })
         ));
         let mut c = config();
         c.default_kind = String::new();
         assert!(matches!(
             GenericHmac::new(c),
-            Err(ConfigError::InvalidDefaultKind)
+            Err(ProviderConfigError::InvalidDefaultKind)
         ));
         let mut c = config();
         c.secrets.clear();
-        assert!(matches!(GenericHmac::new(c), Err(ConfigError::NoSecrets)));
+        assert!(matches!(
+            GenericHmac::new(c),
+            Err(ProviderConfigError::NoSecrets)
+        ));
     }
 
     #[test]

@@ -24,7 +24,7 @@ use super::signature::{
     id_from_header, kind_from_header, plain_secrets, replay_key, shortest, signature_header,
     verify_hmac_sha256, Secret,
 };
-use super::{ConfigError, Delivery, Provider, Rejection, Verdict, VerifiedEvent};
+use super::{Delivery, Provider, ProviderConfigError, Rejection, Verdict, VerifiedEvent};
 
 /// The header carrying the signature.
 pub const SIGNATURE_HEADER: HeaderName = HeaderName::from_static("x-hub-signature-256");
@@ -47,7 +47,7 @@ pub struct GitHub {
 impl GitHub {
     /// A verifier for these webhook secrets (used as-is). Several secrets
     /// support rotation: a delivery verifies if any matches.
-    pub fn new<I, S>(secrets: I) -> Result<Self, ConfigError>
+    pub fn new<I, S>(secrets: I) -> Result<Self, ProviderConfigError>
     where
         I: IntoIterator<Item = S>,
         S: AsRef<str>,

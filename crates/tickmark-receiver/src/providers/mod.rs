@@ -322,7 +322,7 @@ impl Rejection {
 /// Why a provider could not be constructed from its configuration.
 #[non_exhaustive]
 #[derive(Debug, thiserror::Error)]
-pub enum ConfigError {
+pub enum ProviderConfigError {
     /// No secret was given: the provider could never verify anything.
     #[error("no signing secret configured: give at least one")]
     NoSecrets,

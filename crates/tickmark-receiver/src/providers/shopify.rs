@@ -43,7 +43,8 @@ use super::signature::{
     signature_header, verify_hmac_sha256, Secret,
 };
 use super::{
-    ConfigError, Delivery, Provider, Rejection, ReplayScope, Verdict, VerifiedEvent, MAX_ID_BYTES,
+    Delivery, Provider, ProviderConfigError, Rejection, ReplayScope, Verdict, VerifiedEvent,
+    MAX_ID_BYTES,
 };
 
 /// The header carrying the signature.
@@ -71,7 +72,7 @@ pub struct Shopify {
 impl Shopify {
     /// A verifier for these client secrets (used as-is). Several secrets
     /// support rotation: a delivery verifies if any matches.
-    pub fn new<I, S>(secrets: I) -> Result<Self, ConfigError>
+    pub fn new<I, S>(secrets: I) -> Result<Self, ProviderConfigError>
     where
         I: IntoIterator<Item = S>,
         S: AsRef<str>,

@@ -9,7 +9,7 @@ use hmac::{Hmac, Mac};
 use http::{HeaderMap, HeaderName, HeaderValue};
 use subtle::{Choice, ConstantTimeEq};
 
-use super::{ConfigError, Rejection, MAX_ID_BYTES, MAX_KIND_BYTES, MAX_TIMESTAMP_DIGITS};
+use super::{ProviderConfigError, Rejection, MAX_ID_BYTES, MAX_KIND_BYTES, MAX_TIMESTAMP_DIGITS};
 use tickmark_core::event_limits::text_problem;
 
 /// Key material for one signing secret. Its `Debug` never shows the bytes.
@@ -36,7 +36,7 @@ impl fmt::Debug for Secret {
 
 /// Secrets whose key is the secret string's bytes as-is (Stripe, GitHub,
 /// Shopify, Slack, Twilio, generic HMAC). At least one, none empty.
-pub(crate) fn plain_secrets<I, S>(secrets: I) -> Result<Vec<Secret>, ConfigError>
+pub(crate) fn plain_secrets<I, S>(secrets: I) -> Result<Vec<Secret>, ProviderConfigError>
 where
     I: IntoIterator<Item = S>,
     S: AsRef<str>,
@@ -45,12 +45,12 @@ where
     for (index, s) in secrets.into_iter().enumerate() {
         let s = s.as_ref();
         if s.is_empty() {
-            return Err(ConfigError::EmptySecret { index });
+            return Err(ProviderConfigError::EmptySecret { index });
         }
         out.push(Secret::new(s.as_bytes().to_vec()));
     }
     if out.is_empty() {
-        return Err(ConfigError::NoSecrets);
+        return Err(ProviderConfigError::NoSecrets);
     }
     Ok(out)
 }
@@ -418,11 +418,11 @@ mod tests {
         assert!(!format!("{s:?}").contains("hunter2"));
         assert!(matches!(
             plain_secrets(Vec::<String>::new()),
-            Err(ConfigError::NoSecrets)
+            Err(ProviderConfigError::NoSecrets)
         ));
         assert!(matches!(
             plain_secrets(["a", ""]),
-            Err(ConfigError::EmptySecret { index: 1 })
+            Err(ProviderConfigError::EmptySecret { index: 1 })
         ));
     }
 }

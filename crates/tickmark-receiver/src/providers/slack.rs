@@ -35,7 +35,7 @@ use super::signature::{
     timestamp_header, validate_kind, verify_hmac_sha256, Secret,
 };
 use super::{
-    ConfigError, Delivery, Provider, Rejection, Verdict, VerifiedEvent, DEFAULT_TOLERANCE,
+    Delivery, Provider, ProviderConfigError, Rejection, Verdict, VerifiedEvent, DEFAULT_TOLERANCE,
 };
 
 /// The header carrying the signature.
@@ -58,7 +58,7 @@ pub struct Slack {
 impl Slack {
     /// A verifier for these signing secrets (used as-is). Several secrets
     /// support rotation: a request verifies if any matches.
-    pub fn new<I, S>(secrets: I) -> Result<Self, ConfigError>
+    pub fn new<I, S>(secrets: I) -> Result<Self, ProviderConfigError>
     where
         I: IntoIterator<Item = S>,
         S: AsRef<str>,

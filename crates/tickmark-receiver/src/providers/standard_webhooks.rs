@@ -32,7 +32,7 @@ use super::signature::{
     validate_id, verify_hmac_sha256, Secret,
 };
 use super::{
-    ConfigError, Delivery, Provider, Rejection, Verdict, VerifiedEvent, DEFAULT_TOLERANCE,
+    Delivery, Provider, ProviderConfigError, Rejection, Verdict, VerifiedEvent, DEFAULT_TOLERANCE,
     MAX_SIGNATURES_PER_HEADER,
 };
 
@@ -75,7 +75,7 @@ impl StandardWebhooks {
     /// A verifier for these secrets (`whsec_<base64>` or bare base64).
     /// Several secrets support rotation: a delivery verifies if any matches.
     /// Fails when a secret is empty or not base64.
-    pub fn new<I, S>(secrets: I) -> Result<Self, ConfigError>
+    pub fn new<I, S>(secrets: I) -> Result<Self, ProviderConfigError>
     where
         I: IntoIterator<Item = S>,
         S: AsRef<str>,
@@ -85,18 +85,18 @@ impl StandardWebhooks {
             let secret = secret.as_ref();
             let encoded = secret.strip_prefix(SECRET_PREFIX).unwrap_or(secret);
             if encoded.is_empty() {
-                return Err(ConfigError::EmptySecret { index });
+                return Err(ProviderConfigError::EmptySecret { index });
             }
             let key = base64::engine::general_purpose::STANDARD
                 .decode(encoded)
-                .map_err(|_| ConfigError::InvalidSecret {
+                .map_err(|_| ProviderConfigError::InvalidSecret {
                     index,
                     reason: "expected `whsec_` followed by standard base64",
                 })?;
             keys.push(Secret::new(key));
         }
         if keys.is_empty() {
-            return Err(ConfigError::NoSecrets);
+            return Err(ProviderConfigError::NoSecrets);
         }
         Ok(Self {
             secrets: keys,
@@ -589,15 +589,15 @@ mod tests {
     fn secrets_are_checked_at_construction() {
         assert!(matches!(
             StandardWebhooks::new(["whsec_"]),
-            Err(ConfigError::EmptySecret { index: 0 })
+            Err(ProviderConfigError::EmptySecret { index: 0 })
         ));
         assert!(matches!(
             StandardWebhooks::new(["whsec_!!!"]),
-            Err(ConfigError::InvalidSecret { index: 0, .. })
+            Err(ProviderConfigError::InvalidSecret { index: 0, .. })
         ));
         assert!(matches!(
             StandardWebhooks::new(Vec::<&str>::new()),
-            Err(ConfigError::NoSecrets)
+            Err(ProviderConfigError::NoSecrets)
         ));
         let p = StandardWebhooks::new(["whsec_c2VjcmV0LWtleS1ieXRlcw=="]).unwrap();
         let dbg = format!("{p:?}");

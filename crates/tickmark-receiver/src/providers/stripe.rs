@@ -22,7 +22,7 @@ use super::signature::{
     signature_header, verify_hmac_sha256, Secret,
 };
 use super::{
-    ConfigError, Delivery, Provider, Rejection, Verdict, VerifiedEvent, DEFAULT_TOLERANCE,
+    Delivery, Provider, ProviderConfigError, Rejection, Verdict, VerifiedEvent, DEFAULT_TOLERANCE,
     MAX_SIGNATURES_PER_HEADER,
 };
 
@@ -42,7 +42,7 @@ pub struct Stripe {
 impl Stripe {
     /// A verifier for these endpoint signing secrets (`whsec_…`, used as-is).
     /// Several secrets support rotation: a delivery verifies if any matches.
-    pub fn new<I, S>(secrets: I) -> Result<Self, ConfigError>
+    pub fn new<I, S>(secrets: I) -> Result<Self, ProviderConfigError>
     where
         I: IntoIterator<Item = S>,
         S: AsRef<str>,

@@ -62,7 +62,7 @@ use super::signature::{
     any_match, ct_eq, hmac_sha1, optional_id_header, plain_secrets, replay_key, shortest,
     signature_header, Secret,
 };
-use super::{ConfigError, Delivery, Provider, Rejection, Verdict, VerifiedEvent};
+use super::{Delivery, Provider, ProviderConfigError, Rejection, Verdict, VerifiedEvent};
 
 /// The header carrying the signature.
 pub const SIGNATURE_HEADER: HeaderName = HeaderName::from_static("x-twilio-signature");
@@ -83,7 +83,7 @@ pub struct Twilio {
 impl Twilio {
     /// A verifier for these auth tokens (used as-is). Several tokens support
     /// rotation: a request verifies if any matches.
-    pub fn new<I, S>(auth_tokens: I) -> Result<Self, ConfigError>
+    pub fn new<I, S>(auth_tokens: I) -> Result<Self, ProviderConfigError>
     where
         I: IntoIterator<Item = S>,
         S: AsRef<str>,
