@@ -9,12 +9,10 @@
 //! application with a fallback panicked ("Cannot merge two `Router`s that
 //! both have a fallback").
 
-mod receiver_support;
-
+use crate::receiver_support::{assert_answer, now, record_everything, unsigned, Kind};
 use axum::http::StatusCode;
 use axum::routing::get;
 use axum::Router;
-use receiver_support::{assert_answer, now, record_everything, unsigned, Kind};
 use tickmark::receiver::{ReceiverConfigError, StartupWarning, DEFAULT_PATH};
 use tickmark::{Backend, Engine, EventState, Handler, Handlers, Receiver};
 use tickmark_tests::conformance::engine;

@@ -4,13 +4,11 @@
 //! one event; a run stopped mid-way resumes from its cursor; two processes
 //! never both pull; 429 and 5xx are waited out.
 
-mod reconcile_support;
-
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use reconcile_support::*;
+use crate::reconcile_support::*;
 use serde_json::json;
 use tickmark::reconcile::{
     NoProgress, Progress, ReconcileError, ReconcileSummary, Reconciler, RunLimits, RunRequest,

@@ -8,11 +8,9 @@
 //! never the machine's shared server; SQLite shares one file between the
 //! nodes, with kills only.
 
-mod chaos_support;
-
 use std::time::{Duration, Instant};
 
-use chaos_support::run_chaos;
+use crate::chaos_support::run_chaos;
 
 /// Run `chaos` with `args` within `limit`; assert it passed and return its
 /// JSON line.

@@ -7,13 +7,11 @@
 //! a Shopify subscription Shopify removed is reported in the summary, the
 //! metric and the dashboard.
 
-mod reconcile_support;
-
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use reconcile_support::*;
+use crate::reconcile_support::*;
 use serde_json::json;
 use tickmark::reconcile::{
     GitHubApi, GitHubHook, GitHubRecovery, NoProgress, ReconcileSummary, RunLimits, RunRequest,

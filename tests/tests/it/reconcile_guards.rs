@@ -11,11 +11,9 @@
 //! - with `StripeApi::for_account`, another account's key is refused before
 //!   any event is read; a Connect event of another account is refused.
 
-mod reconcile_support;
-
 use std::time::Duration;
 
-use reconcile_support::*;
+use crate::reconcile_support::*;
 use serde_json::json;
 use tickmark::reconcile::{
     NoProgress, ReconcileError, ReconcileSummary, Reconciler, RunRequest, StripeApi,

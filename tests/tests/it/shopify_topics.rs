@@ -15,9 +15,7 @@
 //!
 //! docs/receiver.md, "Byte-identical bodies" and "Replays".
 
-mod receiver_support;
-
-use receiver_support::{all_sources, assert_answer, b64, hmac256, Harness, Kind, Transport};
+use crate::receiver_support::{all_sources, assert_answer, b64, hmac256, Harness, Kind, Transport};
 use tickmark::{Backend, Handler, Handlers};
 use tickmark_tests::http_client::Outgoing;
 use tickmark_tests::test_steps::Record;

@@ -30,12 +30,10 @@
 //! wait for the server to close or answer, with generous limits, and never
 //! assert how long it took.
 
-mod receiver_support;
-
 use std::net::SocketAddr;
 use std::time::Duration;
 
-use receiver_support::{all_sources, b64, hmac1, now, record_everything, Kind};
+use crate::receiver_support::{all_sources, b64, hmac1, now, record_everything, Kind};
 use tickmark::dashboard::Dashboard;
 use tickmark::receiver::Limits;
 use tickmark::{Backend, Receiver};

@@ -21,15 +21,13 @@
 //! control character other than tab is refused by the HTTP parser with a bare
 //! `400`.
 
-mod receiver_support;
-
 use std::net::SocketAddr;
 use std::time::Duration;
 
-use base64::Engine as _;
-use receiver_support::{
+use crate::receiver_support::{
     all_sources, b64, hmac1, hmac256, now, record_everything, Harness, Kind, Transport, PUBLIC_BASE,
 };
+use base64::Engine as _;
 use sha2::Digest as _;
 use tickmark::receiver::DEFAULT_BODY_LIMIT;
 use tickmark::Backend;

@@ -2,15 +2,13 @@
 //! ignored kinds, signed garbage, body-hash keys, the public URL, and
 //! arbitrary input. In-process and over a real socket, on both backends.
 
-mod receiver_support;
-
 use std::time::Duration;
 
-use rand::{Rng, SeedableRng};
-use receiver_support::{
+use crate::receiver_support::{
     all_sources, assert_answer, now, record_everything, twilio_form, Harness, Kind, Transport,
     PUBLIC_BASE,
 };
+use rand::{Rng, SeedableRng};
 use tickmark::receiver::PublicBaseUrl;
 use tickmark::{Backend, Handler, Handlers, Receiver};
 use tickmark_tests::http_client::{HttpClient, LoopbackServer, Outgoing};
@@ -70,7 +68,7 @@ async fn an_oversized_body_is_413_with_or_without_content_length(
         let body = String::from_utf8(request.body.clone()).unwrap();
         let padded = format!("{body}{}", " ".repeat(padding));
         let t = now();
-        let signature = hex::encode(receiver_support::hmac256(
+        let signature = hex::encode(crate::receiver_support::hmac256(
             Kind::Stripe.secret().as_bytes(),
             format!("{t}.{padded}").as_bytes(),
         ));
@@ -236,7 +234,7 @@ async fn a_slack_handshake_is_answered_and_records_nothing(backend: Backend, tra
     };
     let body = r#"{"token":"x","challenge":"3eZbrw1aBm2rZgRNFdxV2595E9CY3gmdALWMmHkvFXO7tYXAYM8P","type":"url_verification"}"#;
     let t = now();
-    let signature = hex::encode(receiver_support::hmac256(
+    let signature = hex::encode(crate::receiver_support::hmac256(
         Kind::Slack.secret().as_bytes(),
         format!("v0:{t}:{body}").as_bytes(),
     ));
@@ -251,7 +249,7 @@ async fn a_slack_handshake_is_answered_and_records_nothing(backend: Backend, tra
         serde_json::json!({"challenge": "3eZbrw1aBm2rZgRNFdxV2595E9CY3gmdALWMmHkvFXO7tYXAYM8P"})
     );
     // Unsigned, the handshake is refused like anything else.
-    let unsigned = receiver_support::unsigned(request, Kind::Slack);
+    let unsigned = crate::receiver_support::unsigned(request, Kind::Slack);
     assert_answer(
         &h.send(&unsigned).await,
         401,
@@ -295,7 +293,7 @@ async fn signed_garbage_is_400_and_writes_nothing(backend: Backend, transport: T
     };
     let stripe_signed = |body: &str| {
         let t = now();
-        let signature = hex::encode(receiver_support::hmac256(
+        let signature = hex::encode(crate::receiver_support::hmac256(
             Kind::Stripe.secret().as_bytes(),
             format!("{t}.{body}").as_bytes(),
         ));

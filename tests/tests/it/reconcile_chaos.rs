@@ -18,14 +18,12 @@
 //!
 //! Every event a handler takes runs exactly once.
 
-mod reconcile_support;
-
 use std::collections::HashSet;
 use std::time::Duration;
 
+use crate::reconcile_support::*;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
-use reconcile_support::*;
 use serde_json::json;
 use tickmark::reconcile::{
     GitHubApi, GitHubHook, GitHubRecovery, NoProgress, Progress, ReconcileError, ReconcileSummary,

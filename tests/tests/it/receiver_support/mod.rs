@@ -3,8 +3,6 @@
 //! test), and a harness that serves a receiver on a fresh database, in-process
 //! (`tower::ServiceExt::oneshot`) or over a real loopback socket.
 
-#![allow(dead_code)] // each test binary uses its own part of this module
-
 use base64::Engine as _;
 use hmac::{Hmac, Mac};
 use tickmark::receiver::providers::{

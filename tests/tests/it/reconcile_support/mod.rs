@@ -4,8 +4,6 @@
 //! over), and reconcilers whose clock is the provider fake's, so a window
 //! reaches back in the fake's simulated time.
 
-#![allow(dead_code)] // each test binary uses its own part of this module
-
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;

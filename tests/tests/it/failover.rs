@@ -18,14 +18,11 @@
 //! `postgresql` package): without them they skip, recorded, or fail under
 //! `CI=true`.
 
-mod chaos_support;
-mod receiver_support;
-
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use chaos_support::run_chaos;
-use receiver_support::{assert_answer, now, record_everything, Kind};
+use crate::chaos_support::run_chaos;
+use crate::receiver_support::{assert_answer, now, record_everything, Kind};
 use sqlx::Connection;
 use tickmark::store::postgres::{PostgresOptions, PostgresStore};
 use tickmark::{Engine, Receiver, StoreError};

@@ -4,9 +4,7 @@
 //! missing signature and (where signed) a stale timestamp are 401 and write
 //! nothing (guarantee 8); a secret being rotated out is still accepted.
 
-mod receiver_support;
-
-use receiver_support::{
+use crate::receiver_support::{
     assert_answer, now, record_everything, tampered, unsigned, Harness, Kind, Transport,
 };
 use tickmark::Backend;
@@ -16,7 +14,7 @@ async fn contract(kind: Kind, backend: Backend, transport: Transport) {
         backend,
         transport,
         record_everything(),
-        receiver_support::all_sources,
+        crate::receiver_support::all_sources,
     )
     .await
     else {

@@ -9,15 +9,15 @@
 //! (`TICKMARK_WRITE_FUZZ_SEEDS=1`).
 
 #[allow(dead_code, missing_docs)]
-#[path = "../../fuzz/src/harness.rs"]
+#[path = "../../../fuzz/src/harness.rs"]
 mod harness;
 
 #[allow(dead_code, missing_docs)]
-#[path = "../../fuzz/src/encode.rs"]
+#[path = "../../../fuzz/src/encode.rs"]
 mod encode;
 
 #[allow(dead_code, missing_docs)]
-#[path = "../../fuzz/src/seeds.rs"]
+#[path = "../../../fuzz/src/seeds.rs"]
 mod seeds;
 
 use std::path::{Path, PathBuf};

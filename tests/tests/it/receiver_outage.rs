@@ -9,12 +9,10 @@
 //! without them they skip, recorded and reported by `scripts/test`, or fail
 //! under `CI=true`.
 
-mod receiver_support;
-
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use receiver_support::{assert_answer, now, record_everything, Kind};
+use crate::receiver_support::{assert_answer, now, record_everything, Kind};
 use tickmark::store::postgres::{PostgresOptions, PostgresStore};
 use tickmark::{Engine, Receiver};
 use tickmark_tests::conformance::quick_worker;

@@ -15,9 +15,7 @@
 //! Stripe, Standard Webhooks and Slack keep no replay key: their id is signed
 //! and their signed timestamp bounds replays.
 
-mod receiver_support;
-
-use receiver_support::{
+use crate::receiver_support::{
     all_sources, assert_answer, hmac256, now, record_everything, Harness, Kind, Transport,
 };
 use tickmark::receiver::providers::{
@@ -116,8 +114,8 @@ impl Source {
                     ("Body", note),
                 ];
                 let path = format!("/hooks/{}", kind.source());
-                let url = format!("{}{path}", receiver_support::PUBLIC_BASE);
-                receiver_support::twilio_form(kind.secret(), &url, &path, &params)
+                let url = format!("{}{path}", crate::receiver_support::PUBLIC_BASE);
+                crate::receiver_support::twilio_form(kind.secret(), &url, &path, &params)
                     .header("i-twilio-idempotency-token", id)
             }
             _ => {
@@ -125,7 +123,7 @@ impl Source {
                 let digest = hmac256(kind.secret().as_bytes(), body.as_bytes());
                 let signature = match self {
                     Source::GitHub => format!("sha256={}", hex::encode(digest)),
-                    _ => receiver_support::b64(&digest),
+                    _ => crate::receiver_support::b64(&digest),
                 };
                 let mut request = request;
                 request.body = body.into_bytes();

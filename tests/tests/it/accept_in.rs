@@ -12,8 +12,6 @@
 //! holding an insert flusher until the caller's commit; before the fix,
 //! two such copies (one per flusher) stalled every delivery.
 
-mod receiver_support;
-
 use std::path::Path;
 use std::str::FromStr;
 use std::sync::Arc;
@@ -37,7 +35,7 @@ use tickmark_tests::http_client::{HttpClient, LoopbackServer, Reply};
 use tickmark_tests::probe::Probe;
 use tickmark_tests::test_steps::Record;
 
-use receiver_support::{assert_answer, now, record_everything, Kind};
+use crate::receiver_support::{assert_answer, now, record_everything, Kind};
 
 const CREATE_ORDERS: &str = "CREATE TABLE app_orders (id TEXT PRIMARY KEY)";
 
