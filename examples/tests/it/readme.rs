@@ -6,7 +6,7 @@ use std::process::Command;
 
 /// The first ```rust block of the README.
 fn readme_block() -> String {
-    let readme = include_str!("../../README.md");
+    let readme = include_str!("../../../README.md");
     let start = readme
         .find("```rust\n")
         .expect("the README has a ```rust block")
@@ -17,7 +17,7 @@ fn readme_block() -> String {
 
 /// `readme.rs` without its `//!` header (how to run it) and the blank line after it.
 fn example_body() -> String {
-    let source = include_str!("../src/bin/readme.rs");
+    let source = include_str!("../../src/bin/readme.rs");
     let body: Vec<&str> = source
         .lines()
         .skip_while(|line| line.starts_with("//!"))

@@ -11,7 +11,7 @@
 //!
 //! ```text
 //! HOSTILE_SILENT=1000 HOSTILE_SLOW_HEADER=200 HOSTILE_SLOW_BODY=50 \
-//!     cargo test --release -p tickmark-examples --test hostile_connections -- --nocapture
+//!     cargo test --release -p tickmark-examples --test it hostile_connections:: -- --nocapture
 //! ```
 //!
 //! (`HOSTILE_MAX_CONNECTIONS` sets `--max-connections`, and
@@ -36,8 +36,6 @@
 //! delivery from another address is answered 200 within 2 s: at the cap,
 //! the server closes the connection idle the longest (of a client over its
 //! fair share first) to make room.
-
-#![cfg(target_os = "linux")]
 
 use std::net::{Ipv4Addr, SocketAddr};
 use std::path::{Path, PathBuf};
