@@ -848,44 +848,19 @@ async fn a_wait_is_explained_then_fed_or_timed_out_by_hand(db: TestDb) {
     }
 }
 
-macro_rules! cli_suite {
-    ($backend:expr; $($case:ident),+ $(,)?) => {
-        $(
-            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-            async fn $case() {
-                let Some(db) = TestDb::new($backend).await else { return };
-                super::$case(db).await;
-            }
-        )+
-    };
-}
-
-macro_rules! cli_cases {
-    ($backend:expr) => {
-        cli_suite!($backend;
-            migrate_and_status,
-            events_list_show_and_explain,
-            retry_from_a_step_keeps_earlier_steps_and_keys,
-            the_audit_trail_records_manual_actions,
-            cancel_stops_a_running_worker,
-            prune_refuses_an_unsafe_window,
-            exit_codes,
-            plans_check_lists_plans_this_build_cannot_run,
-            remote_text_reaches_the_terminal_inert,
-            a_wait_is_explained_then_fed_or_timed_out_by_hand,
-        );
-    };
-}
-
-mod sqlite {
-    use super::TestDb;
-    cli_cases!(tickmark::Backend::Sqlite);
-}
-
-mod postgres {
-    use super::TestDb;
-    cli_cases!(tickmark::Backend::Postgres);
-}
+// Every case, once per backend: the modules `sqlite` and `postgres`.
+tickmark_tests::per_backend!(fresh_db => [
+    migrate_and_status,
+    events_list_show_and_explain,
+    retry_from_a_step_keeps_earlier_steps_and_keys,
+    the_audit_trail_records_manual_actions,
+    cancel_stops_a_running_worker,
+    prune_refuses_an_unsafe_window,
+    exit_codes,
+    plans_check_lists_plans_this_build_cannot_run,
+    remote_text_reaches_the_terminal_inert,
+    a_wait_is_explained_then_fed_or_timed_out_by_hand,
+]);
 
 /// `--help` answers: what each command does, examples, and the exit codes.
 #[tokio::test]

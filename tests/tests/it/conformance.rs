@@ -1,16 +1,13 @@
 //! The store conformance suite, once per backend.
 
-mod sqlite {
-    tickmark_tests::conformance_suite!(tickmark::Backend::Sqlite);
-}
-
-mod postgres {
-    tickmark_tests::conformance_suite!(tickmark::Backend::Postgres);
-}
+// The modules `sqlite` and `postgres`.
+tickmark_tests::conformance_suite!();
 
 /// Cases only PostgreSQL needs: SQLite's write lock already serialises
 /// every write transaction.
 mod postgres_only {
+    use tickmark_tests::conformance::isolation;
+
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn an_accept_waits_for_a_wait_being_decided_on_its_key() {
         let Some(db) = tickmark_tests::TestDb::new(tickmark::Backend::Postgres).await else {
@@ -46,10 +43,10 @@ mod postgres_only {
             .await;
     }
 
-    tickmark_tests::conformance_suite!(@on tickmark_tests::TestDb::new(tickmark::Backend::Postgres);
+    tickmark_tests::per_backend!(db from tickmark_tests::TestDb::new(tickmark::Backend::Postgres) => [
         isolation::every_function_pins_its_search_path,
         isolation::the_claim_reads_its_schemas_tables_whatever_the_sessions_search_path,
-    );
+    ]);
 }
 
 /// The cases whose answers rely on READ COMMITTED, on a database whose
@@ -57,6 +54,8 @@ mod postgres_only {
 /// default_transaction_isolation` would make them): tickmark sets its own
 /// level, so they pass unchanged (engine/src/store/postgres/isolation.rs).
 mod postgres_repeatable_read {
+    use tickmark_tests::conformance::{fencing, flow, inbox, running, tombstones, waits};
+
     async fn repeatable_read() -> Option<tickmark_tests::TestDb> {
         tickmark_tests::TestDb::postgres_with_settings(&[(
             "default_transaction_isolation",
@@ -74,7 +73,7 @@ mod postgres_repeatable_read {
             .await;
     }
 
-    tickmark_tests::conformance_suite!(@on repeatable_read();
+    tickmark_tests::per_backend!(db from repeatable_read() => [
         tombstones::an_accept_racing_the_prune_of_its_key_is_a_duplicate,
         tombstones::a_redelivery_of_a_pruned_event_is_a_duplicate_within_the_dedup_window,
         tombstones::a_batch_mixing_pruned_and_new_keys_answers_each,
@@ -94,5 +93,5 @@ mod postgres_repeatable_read {
         flow::racing_accepts_of_one_key_leave_one_event_waiting,
         waits::accepts_racing_the_start_of_waits_lose_no_wake_up,
         waits::an_accept_waits_for_a_wait_being_decided_on_its_key,
-    );
+    ]);
 }

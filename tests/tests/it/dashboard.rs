@@ -26,31 +26,8 @@ type Form<'a> = &'a [(&'a str, &'a str)];
 const TOKEN: &str = "dashboard-test-token-0123456789";
 const STRIPE_SECRET: &str = "whsec_dashboard_test_secret";
 
-/// Every case, once per backend.
-macro_rules! on_both_backends {
-    ($($case:ident),+ $(,)?) => {
-        mod sqlite {
-            $(
-                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-                async fn $case() {
-                    let Some(db) = tickmark_tests::TestDb::new(tickmark::Backend::Sqlite).await else { return };
-                    super::$case(db).await;
-                }
-            )+
-        }
-        mod postgres {
-            $(
-                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-                async fn $case() {
-                    let Some(db) = tickmark_tests::TestDb::new(tickmark::Backend::Postgres).await else { return };
-                    super::$case(db).await;
-                }
-            )+
-        }
-    };
-}
-
-on_both_backends!(
+// Every case, once per backend: the modules `sqlite` and `postgres`.
+tickmark_tests::per_backend!(fresh_db => [
     pages_show_the_overview_the_list_and_the_step_status_table,
     filters_narrow_the_event_list,
     hostile_ids_payloads_and_errors_are_escaped_everywhere,
@@ -60,7 +37,7 @@ on_both_backends!(
     metrics_are_valid_prometheus_text_and_move_with_work,
     an_event_page_says_which_limit_holds_the_event_back,
     a_waiting_step_shows_what_it_waits_for_on_the_page_and_in_metrics,
-);
+]);
 
 // ---------------------------------------------------------------------------
 // Set-up

@@ -877,18 +877,5 @@ async fn the_hostile_corpus_is_refused_and_nothing_is_written(backend: Backend) 
     );
 }
 
-mod sqlite {
-    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    async fn the_hostile_corpus_is_refused_and_nothing_is_written() {
-        super::the_hostile_corpus_is_refused_and_nothing_is_written(tickmark::Backend::Sqlite)
-            .await;
-    }
-}
-
-mod postgres {
-    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    async fn the_hostile_corpus_is_refused_and_nothing_is_written() {
-        super::the_hostile_corpus_is_refused_and_nothing_is_written(tickmark::Backend::Postgres)
-            .await;
-    }
-}
+// Once per backend: the modules `sqlite` and `postgres`.
+tickmark_tests::per_backend!(backend => [the_hostile_corpus_is_refused_and_nothing_is_written]);

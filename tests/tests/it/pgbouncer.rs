@@ -24,9 +24,12 @@ use tokio::process::Command;
 /// The main conformance cases through PgBouncer in transaction mode, with
 /// `listen_url` past it for wake-ups.
 mod transaction_mode {
+    use tickmark_tests::conformance::{
+        admin, fencing, flow, inbox, portable_sql, running, tombstones, waits,
+    };
     use tickmark_tests::pgbouncer::PoolMode;
 
-    tickmark_tests::conformance_suite!(@on tickmark_tests::TestDb::through_pgbouncer(PoolMode::Transaction, true, &[]);
+    tickmark_tests::per_backend!(db from tickmark_tests::TestDb::through_pgbouncer(PoolMode::Transaction, true, &[]) => [
         inbox::concurrent_duplicate_accepts_yield_one_new,
         inbox::a_duplicate_delivery_never_reruns_a_step,
         inbox::events_without_an_id_are_deduplicated_by_body_hash,
@@ -53,30 +56,32 @@ mod transaction_mode {
         tombstones::a_batch_mixing_pruned_and_new_keys_answers_each,
         admin::retry_resumes_a_dead_event_at_its_failed_step_and_wakes_a_worker,
         portable_sql::a_transactional_step_written_once_runs_on_either_backend,
-    );
+    ]);
 }
 
 /// Through a transaction pooler the session default cannot be set, and the
 /// role defaults to REPEATABLE READ: the store's transactions set their own
 /// level, so the cases that need READ COMMITTED still pass.
 mod transaction_mode_repeatable_read {
+    use tickmark_tests::conformance::{flow, tombstones, waits};
     use tickmark_tests::pgbouncer::PoolMode;
 
-    tickmark_tests::conformance_suite!(@on tickmark_tests::TestDb::through_pgbouncer(
+    tickmark_tests::per_backend!(db from tickmark_tests::TestDb::through_pgbouncer(
             PoolMode::Transaction,
             true,
-            &[("default_transaction_isolation", "repeatable read")]);
+            &[("default_transaction_isolation", "repeatable read")]) => [
         tombstones::an_accept_racing_the_prune_of_its_key_is_a_duplicate,
         flow::racing_claims_never_exceed_a_keys_limit,
         waits::accepts_racing_the_start_of_waits_lose_no_wake_up,
-    );
+    ]);
 }
 
 /// Session mode changes nothing: `LISTEN` and cached statements work.
 mod session_mode {
+    use tickmark_tests::conformance::{fencing, inbox, running, tombstones};
     use tickmark_tests::pgbouncer::PoolMode;
 
-    tickmark_tests::conformance_suite!(@on tickmark_tests::TestDb::through_pgbouncer(PoolMode::Session, false, &[]);
+    tickmark_tests::per_backend!(db from tickmark_tests::TestDb::through_pgbouncer(PoolMode::Session, false, &[]) => [
         inbox::concurrent_duplicate_accepts_yield_one_new,
         inbox::a_duplicate_delivery_never_reruns_a_step,
         running::steps_run_in_order_with_keys_and_earlier_outputs,
@@ -86,7 +91,7 @@ mod session_mode {
         fencing::a_taken_over_lease_can_neither_mark_nor_heartbeat,
         fencing::a_refused_transactional_mark_rolls_back_the_steps_writes,
         tombstones::an_accept_racing_the_prune_of_its_key_is_a_duplicate,
-    );
+    ]);
 }
 
 fn credit_render_notify() -> Handlers {

@@ -509,50 +509,18 @@ async fn arbitrary_requests_are_refused_without_writing(backend: Backend, transp
         .expect("worker finishes");
 }
 
-macro_rules! cases {
-    ($backend:expr, $transport:expr) => {
-        cases!(@each $backend, $transport;
-            fifty_concurrent_deliveries_are_one_new_and_one_run,
-            an_oversized_body_is_413_with_or_without_content_length,
-            the_default_limit_is_one_mebibyte,
-            unknown_sources_paths_and_methods_are_answered_in_json,
-            a_slack_handshake_is_answered_and_records_nothing,
-            a_kind_without_handler_is_recorded_as_ignored,
-            signed_garbage_is_400_and_writes_nothing,
-            without_a_provider_id_the_body_hash_is_the_key,
-            twilio_needs_the_public_url_behind_a_proxy,
-            a_nested_receiver_verifies_the_full_url,
-            arbitrary_requests_are_refused_without_writing,
-        );
-    };
-    (@each $backend:expr, $transport:expr; $($case:ident),+ $(,)?) => {
-        $(
-            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-            async fn $case() {
-                super::super::$case($backend, $transport).await;
-            }
-        )+
-    };
-}
-
-mod sqlite {
-    mod in_process {
-        use super::super::*;
-        cases!(Backend::Sqlite, Transport::InProcess);
-    }
-    mod socket {
-        use super::super::*;
-        cases!(Backend::Sqlite, Transport::Socket);
-    }
-}
-
-mod postgres {
-    mod in_process {
-        use super::super::*;
-        cases!(Backend::Postgres, Transport::InProcess);
-    }
-    mod socket {
-        use super::super::*;
-        cases!(Backend::Postgres, Transport::Socket);
-    }
-}
+// Every case, once per backend and transport: the modules `sqlite::in_process`,
+// `sqlite::socket`, `postgres::in_process` and `postgres::socket`.
+tickmark_tests::per_backend!(backend, in_process: Transport::InProcess, socket: Transport::Socket => [
+    fifty_concurrent_deliveries_are_one_new_and_one_run,
+    an_oversized_body_is_413_with_or_without_content_length,
+    the_default_limit_is_one_mebibyte,
+    unknown_sources_paths_and_methods_are_answered_in_json,
+    a_slack_handshake_is_answered_and_records_nothing,
+    a_kind_without_handler_is_recorded_as_ignored,
+    signed_garbage_is_400_and_writes_nothing,
+    without_a_provider_id_the_body_hash_is_the_key,
+    twilio_needs_the_public_url_behind_a_proxy,
+    a_nested_receiver_verifies_the_full_url,
+    arbitrary_requests_are_refused_without_writing,
+]);

@@ -407,30 +407,9 @@ async fn start_up_compares_the_mounted_sources_with_the_handlers() {
     assert!(everything.startup_warnings().is_empty());
 }
 
-macro_rules! cases {
-    ($backend:expr) => {
-        cases!(@each $backend;
-            merged_into_an_app_with_its_own_fallback,
-            nested_under_a_prefix,
-            a_custom_path_template,
-        );
-    };
-    (@each $backend:expr; $($case:ident),+ $(,)?) => {
-        $(
-            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-            async fn $case() {
-                super::$case($backend).await;
-            }
-        )+
-    };
-}
-
-mod sqlite {
-    use super::*;
-    cases!(Backend::Sqlite);
-}
-
-mod postgres {
-    use super::*;
-    cases!(Backend::Postgres);
-}
+// Every case, once per backend: the modules `sqlite` and `postgres`.
+tickmark_tests::per_backend!(backend => [
+    merged_into_an_app_with_its_own_fallback,
+    nested_under_a_prefix,
+    a_custom_path_template,
+]);

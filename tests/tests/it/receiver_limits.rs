@@ -999,37 +999,16 @@ async fn a_forged_twilio_flood_costs_about_its_bytes() {
     served.shutdown().await;
 }
 
-macro_rules! cases {
-    ($backend:expr) => {
-        cases!(@each $backend;
-            silent_and_slow_header_connections_are_closed,
-            a_slow_body_gets_408_and_is_closed,
-            connections_beyond_the_cap_are_refused_at_once,
-            at_the_cap_the_connection_idle_longest_makes_room,
-            deliveries_beyond_the_in_flight_cap_get_503,
-            an_unsigned_body_is_refused_before_it_is_read,
-            a_two_mebibyte_body_gets_its_413_every_time,
-            a_full_accept_queue_answers_503,
-            one_address_cannot_hold_every_connection,
-            the_ops_port_closes_a_slowloris_and_a_slow_login,
-        );
-    };
-    (@each $backend:expr; $($case:ident),+ $(,)?) => {
-        $(
-            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-            async fn $case() {
-                super::$case($backend).await;
-            }
-        )+
-    };
-}
-
-mod sqlite {
-    use super::*;
-    cases!(Backend::Sqlite);
-}
-
-mod postgres {
-    use super::*;
-    cases!(Backend::Postgres);
-}
+// Every case, once per backend: the modules `sqlite` and `postgres`.
+tickmark_tests::per_backend!(backend => [
+    silent_and_slow_header_connections_are_closed,
+    a_slow_body_gets_408_and_is_closed,
+    connections_beyond_the_cap_are_refused_at_once,
+    at_the_cap_the_connection_idle_longest_makes_room,
+    deliveries_beyond_the_in_flight_cap_get_503,
+    an_unsigned_body_is_refused_before_it_is_read,
+    a_two_mebibyte_body_gets_its_413_every_time,
+    a_full_accept_queue_answers_503,
+    one_address_cannot_hold_every_connection,
+    the_ops_port_closes_a_slowloris_and_a_slow_login,
+]);

@@ -78,57 +78,15 @@ async fn contract(kind: Kind, backend: Backend, transport: Transport) {
     assert_eq!(h.event_rows().await, 2);
 }
 
-macro_rules! per_provider {
-    ($backend:expr, $transport:expr) => {
-        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-        async fn stripe() {
-            super::super::contract(Kind::Stripe, $backend, $transport).await;
-        }
-        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-        async fn github() {
-            super::super::contract(Kind::GitHub, $backend, $transport).await;
-        }
-        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-        async fn shopify() {
-            super::super::contract(Kind::Shopify, $backend, $transport).await;
-        }
-        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-        async fn standard_webhooks() {
-            super::super::contract(Kind::StandardWebhooks, $backend, $transport).await;
-        }
-        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-        async fn slack() {
-            super::super::contract(Kind::Slack, $backend, $transport).await;
-        }
-        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-        async fn twilio() {
-            super::super::contract(Kind::Twilio, $backend, $transport).await;
-        }
-        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-        async fn generic_hmac() {
-            super::super::contract(Kind::GenericHmac, $backend, $transport).await;
-        }
-    };
-}
-
-mod sqlite {
-    mod in_process {
-        use super::super::*;
-        per_provider!(Backend::Sqlite, Transport::InProcess);
-    }
-    mod socket {
-        use super::super::*;
-        per_provider!(Backend::Sqlite, Transport::Socket);
-    }
-}
-
-mod postgres {
-    mod in_process {
-        use super::super::*;
-        per_provider!(Backend::Postgres, Transport::InProcess);
-    }
-    mod socket {
-        use super::super::*;
-        per_provider!(Backend::Postgres, Transport::Socket);
-    }
-}
+// Every provider, once per backend and transport: the modules
+// `sqlite::in_process`, `sqlite::socket`, `postgres::in_process` and
+// `postgres::socket`.
+tickmark_tests::per_backend!(backend, in_process: Transport::InProcess, socket: Transport::Socket => [
+    stripe => contract(Kind::Stripe),
+    github => contract(Kind::GitHub),
+    shopify => contract(Kind::Shopify),
+    standard_webhooks => contract(Kind::StandardWebhooks),
+    slack => contract(Kind::Slack),
+    twilio => contract(Kind::Twilio),
+    generic_hmac => contract(Kind::GenericHmac),
+]);

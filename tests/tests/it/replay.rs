@@ -330,91 +330,17 @@ async fn a_captured_body_under_other_kinds_is_one_event(
     assert_eq!(kinds, 1, "the event keeps the kind it first came with");
 }
 
-macro_rules! cases {
-    ($backend:expr, $transport:expr) => {
-        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-        async fn github() {
-            super::super::a_replay_with_a_fresh_id_is_a_duplicate(
-                super::super::Source::GitHub,
-                $backend,
-                $transport,
-            )
-            .await;
-        }
-        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-        async fn shopify() {
-            super::super::a_replay_with_a_fresh_id_is_a_duplicate(
-                super::super::Source::Shopify,
-                $backend,
-                $transport,
-            )
-            .await;
-        }
-        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-        async fn twilio() {
-            super::super::a_replay_with_a_fresh_id_is_a_duplicate(
-                super::super::Source::Twilio,
-                $backend,
-                $transport,
-            )
-            .await;
-        }
-        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-        async fn generic_with_header_id() {
-            super::super::a_replay_with_a_fresh_id_is_a_duplicate(
-                super::super::Source::GenericHeaderId,
-                $backend,
-                $transport,
-            )
-            .await;
-        }
-        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-        async fn concurrent_replays_record_one_event() {
-            super::super::concurrent_replays_record_one_event($backend, $transport).await;
-        }
-        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-        async fn signed_id_sources_keep_no_replay_key() {
-            super::super::signed_id_sources_keep_no_replay_key($backend, $transport).await;
-        }
-        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-        async fn shopify_under_other_topics_is_one_event() {
-            super::super::a_captured_body_under_other_kinds_is_one_event(
-                super::super::Source::Shopify,
-                $backend,
-                $transport,
-            )
-            .await;
-        }
-        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-        async fn generic_under_other_kind_headers_is_one_event() {
-            super::super::a_captured_body_under_other_kinds_is_one_event(
-                super::super::Source::GenericHeaderId,
-                $backend,
-                $transport,
-            )
-            .await;
-        }
-    };
-}
-
-mod sqlite {
-    mod in_process {
-        use super::super::*;
-        cases!(Backend::Sqlite, Transport::InProcess);
-    }
-    mod socket {
-        use super::super::*;
-        cases!(Backend::Sqlite, Transport::Socket);
-    }
-}
-
-mod postgres {
-    mod in_process {
-        use super::super::*;
-        cases!(Backend::Postgres, Transport::InProcess);
-    }
-    mod socket {
-        use super::super::*;
-        cases!(Backend::Postgres, Transport::Socket);
-    }
-}
+// Every case, once per backend and transport: the modules `sqlite::in_process`,
+// `sqlite::socket`, `postgres::in_process` and `postgres::socket`.
+tickmark_tests::per_backend!(backend, in_process: Transport::InProcess, socket: Transport::Socket => [
+    github => a_replay_with_a_fresh_id_is_a_duplicate(Source::GitHub),
+    shopify => a_replay_with_a_fresh_id_is_a_duplicate(Source::Shopify),
+    twilio => a_replay_with_a_fresh_id_is_a_duplicate(Source::Twilio),
+    generic_with_header_id => a_replay_with_a_fresh_id_is_a_duplicate(Source::GenericHeaderId),
+    concurrent_replays_record_one_event,
+    signed_id_sources_keep_no_replay_key,
+    shopify_under_other_topics_is_one_event =>
+        a_captured_body_under_other_kinds_is_one_event(Source::Shopify),
+    generic_under_other_kind_headers_is_one_event =>
+        a_captured_body_under_other_kinds_is_one_event(Source::GenericHeaderId),
+]);

@@ -197,29 +197,9 @@ async fn a_repeated_shopify_event_id_is_a_duplicate(backend: Backend) {
     assert_eq!(h.db.probe.runs_of("first").await, 2);
 }
 
-macro_rules! cases {
-    ($backend:expr) => {
-        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-        async fn one_body_under_two_handled_topics_runs_once_under_each() {
-            super::one_body_under_two_handled_topics_runs_once_under_each($backend).await;
-        }
-        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-        async fn a_body_under_a_topic_no_handler_takes_records_nothing() {
-            super::a_body_under_a_topic_no_handler_takes_records_nothing($backend).await;
-        }
-        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-        async fn a_repeated_shopify_event_id_is_a_duplicate() {
-            super::a_repeated_shopify_event_id_is_a_duplicate($backend).await;
-        }
-    };
-}
-
-mod sqlite {
-    use tickmark::Backend;
-    cases!(Backend::Sqlite);
-}
-
-mod postgres {
-    use tickmark::Backend;
-    cases!(Backend::Postgres);
-}
+// Every case, once per backend: the modules `sqlite` and `postgres`.
+tickmark_tests::per_backend!(backend => [
+    one_body_under_two_handled_topics_runs_once_under_each,
+    a_body_under_a_topic_no_handler_takes_records_nothing,
+    a_repeated_shopify_event_id_is_a_duplicate,
+]);

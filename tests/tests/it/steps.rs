@@ -717,30 +717,8 @@ async fn a_value_from_a_step_not_before_it_is_refused_by_engine_new(db: TestDb) 
     assert!(outbox.contains("named `reserve`"), "{outbox}");
 }
 
-macro_rules! on_both_backends {
-    ($($case:ident),+ $(,)?) => {
-        mod sqlite {
-            $(
-                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-                async fn $case() {
-                    let Some(db) = tickmark_tests::TestDb::new(tickmark::Backend::Sqlite).await else { return };
-                    super::$case(db).await;
-                }
-            )+
-        }
-        mod postgres {
-            $(
-                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-                async fn $case() {
-                    let Some(db) = tickmark_tests::TestDb::new(tickmark::Backend::Postgres).await else { return };
-                    super::$case(db).await;
-                }
-            )+
-        }
-    };
-}
-
-on_both_backends!(
+// Every case, once per backend: the modules `sqlite` and `postgres`.
+tickmark_tests::per_backend!(fresh_db => [
     http_call_retries_a_503_and_sends_one_key_on_every_attempt,
     http_call_dead_letters_a_404_at_once,
     http_call_waits_at_least_retry_after_on_429,
@@ -750,4 +728,4 @@ on_both_backends!(
     outbox_enqueues_once_and_delivers_once_after_a_500,
     outbox_dead_letters_a_delivery_refused_with_400,
     a_value_from_a_step_not_before_it_is_refused_by_engine_new,
-);
+]);
