@@ -55,7 +55,7 @@ pub async fn worker(
     let shutdown = CancellationToken::new();
     let running = tokio::spawn(worker.run(shutdown.clone()));
     let mut tick = tokio::time::interval(Duration::from_millis(100));
-    let stop = crate::shutdown::shutdown_signal();
+    let stop = tickmark_examples::shutdown::shutdown_signal();
     tokio::pin!(stop);
     loop {
         tokio::select! {
@@ -105,7 +105,7 @@ pub async fn receiver(url: &str, call_ms: u64) -> Result<(), BoxError> {
     let mut stdin = stdin_lines();
     let stop = async move {
         tokio::select! {
-            _ = crate::shutdown::shutdown_signal() => {}
+            _ = tickmark_examples::shutdown::shutdown_signal() => {}
             _ = async { while stdin.recv().await.is_some() {} } => {}
         }
     };

@@ -5,14 +5,14 @@
 //!
 //! ```text
 //! scripts/soak                                    # release build, one hour
-//! cargo run --release -p tickmark-examples --bin soak -- \
+//! cargo run --release -p tickmark-bench --bin soak -- \
 //!     [--database-url URL] [--minutes 60] [--rate 50] [--retention 5m] \
 //!     [--dedup-window 15m] [--prune-every 1m] [--sample-every 10s] [--out soak-out]
 //! ```
 //!
 //! In one process, on PostgreSQL (a fresh schema, dropped afterwards): the
 //! receiver with a Stripe source on loopback, a worker running a 3-step
-//! handler (`examples/src/soak/handler.rs`: its middle step writes an
+//! handler (`bench/src/soak/handler.rs`: its middle step writes an
 //! application row in the engine's transaction, counting its runs), and a
 //! sender posting signed deliveries over HTTP at `--rate`. `tickmark prune
 //! --older-than RETENTION --dedup-window WINDOW --i-know` runs every
@@ -37,14 +37,14 @@ use sqlx::PgPool;
 use tickmark::receiver::providers::Stripe;
 use tickmark::store::postgres::{PostgresOptions, PostgresStore};
 use tickmark::{Engine, Receiver, WorkerConfig};
-use tickmark_examples::bench::database::ScratchDatabase;
+use tickmark_bench::bench::database::ScratchDatabase;
+use tickmark_bench::soak::handler::{self, Finished};
+use tickmark_bench::soak::pruner::{self, PrunerConfig, PrunerTotals};
+use tickmark_bench::soak::samples::{write_csv, Phase, Sample};
+use tickmark_bench::soak::sender::{self, SenderConfig, SenderState};
+use tickmark_bench::soak::summary::{Correctness, Summary};
+use tickmark_bench::soak::{plot, sampler};
 use tickmark_examples::shutdown::shutdown_signal;
-use tickmark_examples::soak::handler::{self, Finished};
-use tickmark_examples::soak::pruner::{self, PrunerConfig, PrunerTotals};
-use tickmark_examples::soak::samples::{write_csv, Phase, Sample};
-use tickmark_examples::soak::sender::{self, SenderConfig, SenderState};
-use tickmark_examples::soak::summary::{Correctness, Summary};
-use tickmark_examples::soak::{plot, sampler};
 use tokio_util::sync::CancellationToken;
 
 const SECRET: &str = "whsec_soak_signing_secret_0123456789";

@@ -14,7 +14,6 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use crate::stripe_signature::stripe_signature;
 use axum::body::{Body, Bytes};
 use axum::http::Request;
 use http_body_util::BodyExt;
@@ -22,6 +21,7 @@ use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::client::legacy::Client;
 use hyper_util::rt::TokioExecutor;
 use rand::{Rng, SeedableRng};
+use tickmark_examples::stripe_signature::stripe_signature;
 use tokio::sync::Semaphore;
 use tokio_util::sync::CancellationToken;
 

@@ -2,7 +2,7 @@
 //! itself can commit.
 //!
 //! ```text
-//! cargo run --release -p tickmark-examples --bin receiver_bench -- \
+//! cargo run --release -p tickmark-bench --bin receiver_bench -- \
 //!     [--database-url URL] [--requests N]
 //! ```
 //!

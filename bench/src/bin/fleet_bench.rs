@@ -2,7 +2,7 @@
 //! processes make tickmark faster, or at least never slower or less correct?
 //!
 //! ```text
-//! cargo run --release -p tickmark-examples --bin fleet_bench -- \
+//! cargo run --release -p tickmark-bench --bin fleet_bench -- \
 //!     [--database-url URL] [--processes 1,2,4,8] [--events 20000] [--receivers 2]
 //! scripts/bench-fleet            # release build, then 1/2/4/8 processes
 //! ```
@@ -22,7 +22,7 @@
 //!    third of the way through, and the events it held are followed until
 //!    another worker has claimed and finished them (bounded by the lease).
 //!
-//! The steps (`tickmark_examples::fleet::steps`): `reserve` inserts a row in
+//! The steps (`tickmark_bench::fleet::steps`): `reserve` inserts a row in
 //! the step's own transaction, `call` sleeps `--call-ms` (a remote call) then
 //! records the call keyed by its idempotency key, `settle` is like `reserve`.
 //!
@@ -30,9 +30,9 @@
 //! run with the hidden `--role worker|receiver`, is each child process.
 
 use clap::Parser;
-use tickmark_examples::fleet::report::{self, Row};
-use tickmark_examples::fleet::roles;
-use tickmark_examples::fleet::run::{run, RunConfig};
+use tickmark_bench::fleet::report::{self, Row};
+use tickmark_bench::fleet::roles;
+use tickmark_bench::fleet::run::{run, RunConfig};
 
 /// Scale-out benchmark: 1, 2, 4, 8 worker processes on one PostgreSQL database.
 #[derive(Debug, Parser)]

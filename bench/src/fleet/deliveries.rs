@@ -1,8 +1,8 @@
 //! Signed Stripe-like deliveries for a run's backlog, some of them
 //! redelivered (a provider retries until it sees a 2xx).
 
-use crate::stripe_signature::stripe_signature;
 use rand::{Rng, SeedableRng};
+use tickmark_examples::stripe_signature::stripe_signature;
 
 use super::{KIND, SECRET};
 

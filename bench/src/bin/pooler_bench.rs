@@ -4,7 +4,7 @@
 //! run on the shared PostgreSQL server (docs/deploying.md).
 //!
 //! ```text
-//! cargo run -p tickmark-tests --bin pooler_bench -- [--events N] [--steps K]
+//! cargo run -p tickmark-bench --bin pooler_bench -- [--events N] [--steps K]
 //!                                                   [--concurrency C] [--samples S]
 //! ```
 //!
@@ -19,8 +19,8 @@ use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
 use tickmark::{Engine, Handler, Handlers, NewEvent, Step, StepContext, StepResult, WorkerConfig};
-use tickmark_examples::bench::dispatch::{self, Stamp, StartTimes};
-use tickmark_examples::bench::stats::percentile_ms;
+use tickmark_bench::bench::dispatch::{self, Stamp, StartTimes};
+use tickmark_bench::bench::stats::percentile_ms;
 use tickmark_tests::pgbouncer::PoolMode;
 use tickmark_tests::TestDb;
 use tokio_util::sync::CancellationToken;

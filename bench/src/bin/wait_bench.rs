@@ -3,7 +3,7 @@
 //! stay as with none."
 //!
 //! ```text
-//! cargo run --release -p tickmark-examples --bin wait_bench -- \
+//! cargo run --release -p tickmark-bench --bin wait_bench -- \
 //!     [--database-url URL] [--waiting 10000] [--idle-secs 20] [--claims 500] \
 //!     [--wakes 200] [--vacuum]
 //! ```
@@ -52,9 +52,9 @@ use tickmark::store::{ClaimParams, EventCounts};
 use tickmark::wait::WaitFor;
 use tickmark::{Engine, EventState, Handler, Handlers, NewEvent, Step, StepContext, StepResult};
 use tickmark::{WorkerConfig, WorkerStats};
-use tickmark_examples::bench::database::ScratchDatabase;
-use tickmark_examples::bench::dispatch::{Stamp, StartTimes};
-use tickmark_examples::bench::{process, stats};
+use tickmark_bench::bench::database::ScratchDatabase;
+use tickmark_bench::bench::dispatch::{Stamp, StartTimes};
+use tickmark_bench::bench::{process, stats};
 use tokio::sync::{mpsc, watch};
 use tokio_util::sync::CancellationToken;
 

@@ -1,7 +1,7 @@
 //! How fast is tickmark on your database, against the database's own limit?
 //!
 //! ```text
-//! cargo run --release -p tickmark-examples --bin bench -- \
+//! cargo run --release -p tickmark-bench --bin bench -- \
 //!     [--database-url URL] [--events N] [--steps K] [--workers C] [--backlog B]
 //! ```
 //!
@@ -27,10 +27,10 @@ use std::time::{Duration, Instant};
 use clap::Parser;
 use serde::{Deserialize, Serialize};
 use tickmark::{Engine, Handler, Handlers, NewEvent, Step, StepContext, StepResult, WorkerConfig};
-use tickmark_examples::bench::database::ScratchDatabase;
-use tickmark_examples::bench::dispatch::{self, Stamp, StartTimes};
-use tickmark_examples::bench::phases::Phases;
-use tickmark_examples::bench::{naive, process, stats};
+use tickmark_bench::bench::database::ScratchDatabase;
+use tickmark_bench::bench::dispatch::{self, Stamp, StartTimes};
+use tickmark_bench::bench::phases::Phases;
+use tickmark_bench::bench::{naive, process, stats};
 use tokio_util::sync::CancellationToken;
 
 /// Measure tickmark's throughput and latency against the database's own ceiling.
@@ -241,7 +241,7 @@ async fn drain(
     }
     let elapsed = started.elapsed();
     if let Some(phases) = phases {
-        tickmark_examples::bench::phases::print(&phases.snapshot(), args.workers, elapsed, target);
+        tickmark_bench::bench::phases::print(&phases.snapshot(), args.workers, elapsed, target);
     }
     shutdown.cancel();
     running.await??;
