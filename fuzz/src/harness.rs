@@ -1,6 +1,6 @@
 //! The fuzz harness, shared by the `cargo fuzz` targets (`fuzz_targets/`)
 //! and by the regression test that replays saved inputs
-//! (`tests/tests/fuzz_regressions.rs`, which includes this file as a module).
+//! (`tests/tests/it/fuzz_regressions.rs`, which includes this file as a module).
 //!
 //! A [`FuzzDelivery`] is structured input: header names (picked from the
 //! ones the providers read, or free text) with arbitrary byte values, an

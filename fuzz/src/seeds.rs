@@ -9,7 +9,7 @@
 //!
 //! Each seed carries the outcome it must have (`event <id> <kind>`,
 //! `refused <code>`, `key <dedup key>`, `plan <n> steps`, …).
-//! `tests/tests/fuzz_regressions.rs` checks that the files in
+//! `tests/tests/it/fuzz_regressions.rs` checks that the files in
 //! `fuzz/seeds/<target>/` are exactly these bytes and have these outcomes,
 //! and writes them with `TICKMARK_WRITE_FUZZ_SEEDS=1`; `scripts/fuzz` gives
 //! them to the fuzzers as starting points (valid deliveries take a fuzzer
