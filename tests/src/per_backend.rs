@@ -22,9 +22,12 @@ pub use tickmark::Backend as __Backend;
 /// // module listed: tests `sqlite::in_process::case`, `sqlite::socket::case`, …
 /// per_backend!(backend, in_process: Transport::InProcess, socket: Transport::Socket => [case]);
 ///
-/// // The cases on one database that `$db` (an `Option<TestDb>` future)
-/// // makes, as tests of the invoking module itself: the same cases on a
-/// // database set up differently (through PgBouncer, REPEATABLE READ).
+/// // One backend: each case on a database of its own that `$db` (an
+/// // `Option<TestDb>` future, evaluated per test) makes, as tests of the
+/// // invoking module itself: the same cases on a database set up
+/// // differently (through PgBouncer, REPEATABLE READ). Only the
+/// // `module::case` and `name => function()` forms: a plain `case` would
+/// // name the test itself.
 /// per_backend!(db from TestDb::through_pgbouncer(…) => [inbox::case]);
 /// ```
 ///
