@@ -2,7 +2,7 @@
 //! their own so that neither the examples nor the tests build them. Each
 //! binary in `src/bin/` says how to run it; its parts are here:
 //!
-//! - [`bench`]: `bench` and `wait_bench` (and `pooler_bench`'s dispatch
+//! - [`bench`](mod@bench): `bench` and `wait_bench` (and `pooler_bench`'s dispatch
 //!   timing): the naive SQL ceiling, dispatch latency, where a worker's time
 //!   goes, the process's CPU and memory;
 //! - [`fleet`]: `fleet_bench`, a fleet of worker and receiver processes on
