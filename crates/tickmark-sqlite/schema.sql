@@ -1,9 +1,9 @@
 -- GENERATED FILE, NOT APPLIED: tickmark's SQLite schema as
 -- migrations/sqlite/*.sql leave it. The migrations are the source; this
 -- is their result, read back from a freshly migrated database's catalogs
--- by tests/tests/schema_snapshot.rs, which fails when the two differ.
+-- by tests/tests/it/schema_snapshot.rs, which fails when the two differ.
 -- Regenerate it after changing a migration, and commit it with the migration:
---   TICKMARK_BLESS_SCHEMA=1 cargo test -p tickmark-tests --test schema_snapshot
+--   TICKMARK_BLESS_SCHEMA=1 cargo test -p tickmark-tests --test it schema_snapshot::
 -- What it holds and why not a dump: docs/schema.md.
 -- SQLite keeps each object's statement as written (comments included) and
 -- rewrites it on ALTER TABLE. tickmark_migrations is the migration history,

@@ -1,4 +1,4 @@
-//! `tickmark::plan::Plan::decode` on any bytes: it never panics, and a plan
+//! `tickmark_core::plan::Plan::decode` on any bytes: it never panics, and a plan
 //! it decodes encodes and decodes again to the same steps.
 #![no_main]
 

@@ -1,6 +1,6 @@
 //! The fuzz harness, shared by the `cargo fuzz` targets (`fuzz_targets/`)
 //! and by the regression test that replays saved inputs
-//! (`tests/tests/fuzz_regressions.rs`, which includes this file as a module).
+//! (`tests/tests/it/fuzz_regressions.rs`, which includes this file as a module).
 //!
 //! A [`FuzzDelivery`] is structured input: header names (picked from the
 //! ones the providers read, or free text) with arbitrary byte values, an
@@ -32,10 +32,10 @@ use serde::{Deserialize, Serialize};
 use sha2::Digest as _;
 use tickmark::receiver::providers::{
     Algorithm, Delivery, Encoding, FieldSource, GenericHmac, GenericHmacConfig, GitHub, Provider,
-    Rejection, Shopify, Slack, StandardWebhooks, Stripe, Twilio, Verdict, DEFAULT_TOLERANCE,
-    MAX_ID_BYTES, MAX_KIND_BYTES,
+    Rejection, Shopify, Slack, StandardWebhooks, Stripe, Twilio, Verdict,
 };
 use tickmark::{NewEvent, Step, StepContext, StepResult};
+use tickmark_receiver::providers::{DEFAULT_TOLERANCE, MAX_ID_BYTES, MAX_KIND_BYTES};
 
 /// The fixed "now" of every delivery (plus the input's clock offset).
 pub const NOW: i64 = 1_750_000_000;
@@ -604,17 +604,17 @@ pub fn check_plan(data: &[u8]) {
     let Ok(text) = std::str::from_utf8(data) else {
         return;
     };
-    let Ok(plan) = tickmark::plan::Plan::decode(text) else {
+    let Ok(plan) = tickmark_core::plan::Plan::decode(text) else {
         return;
     };
-    let encoded = tickmark::plan::Plan::encode_steps(
+    let encoded = tickmark_core::plan::Plan::encode_steps(
         &plan.retry,
         plan.steps
             .iter()
-            .map(tickmark::plan::PlannedStep::to_encode),
+            .map(tickmark_core::plan::PlannedStep::to_encode),
     )
     .expect("a decoded plan encodes");
-    let again = tickmark::plan::Plan::decode(&encoded).expect("an encoded plan decodes");
+    let again = tickmark_core::plan::Plan::decode(&encoded).expect("an encoded plan decodes");
     assert_eq!(again.len(), plan.len());
     for (a, b) in again.steps.iter().zip(&plan.steps) {
         assert_eq!(a.name, b.name);

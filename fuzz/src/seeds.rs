@@ -9,7 +9,7 @@
 //!
 //! Each seed carries the outcome it must have (`event <id> <kind>`,
 //! `refused <code>`, `key <dedup key>`, `plan <n> steps`, …).
-//! `tests/tests/fuzz_regressions.rs` checks that the files in
+//! `tests/tests/it/fuzz_regressions.rs` checks that the files in
 //! `fuzz/seeds/<target>/` are exactly these bytes and have these outcomes,
 //! and writes them with `TICKMARK_WRITE_FUZZ_SEEDS=1`; `scripts/fuzz` gives
 //! them to the fuzzers as starting points (valid deliveries take a fuzzer
@@ -23,9 +23,9 @@ use super::harness::{
     check, check_dedup_key, sign, AnyDelivery, FuzzDelivery, FuzzHeader, FuzzName, Scheme, Signing,
     KNOWN_HEADERS,
 };
-use tickmark::plan::{Plan, PlanError, StepOptions};
 use tickmark::receiver::providers::Verdict;
-use tickmark::retry::RetryPolicy;
+use tickmark_core::plan::{Plan, PlanError, StepOptions};
+use tickmark_driver::retry::RetryPolicy;
 
 /// One seed file.
 #[derive(Debug, Clone)]

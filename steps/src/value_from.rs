@@ -238,7 +238,7 @@ mod tests {
     fn values_resolve_from_event_output_fixed_and_template() {
         let event = event("evt_1", json!({"order": {"id": "o_1", "lines": [1, 2]}}));
         // StepOutputs has no public constructor with entries: resolving from
-        // a real earlier output is covered by tests/tests/steps.rs.
+        // a real earlier output is covered by tests/tests/it/steps.rs.
         let outputs = StepOutputs::default();
         let resources = Resources::default();
         let ctx = context(&event, "this", &outputs, &resources);

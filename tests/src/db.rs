@@ -7,8 +7,8 @@ use std::sync::Arc;
 use sqlx::Connection;
 use tickmark::store::postgres::{PostgresOptions, PostgresStore};
 use tickmark::store::sqlite::SqliteStore;
-use tickmark::store::EventRecord;
 use tickmark::{Backend, Store};
+use tickmark_driver::store::EventRecord;
 
 use crate::probe::Probe;
 

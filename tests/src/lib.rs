@@ -1,6 +1,7 @@
 //! Test support for tickmark: a fresh database per test (a SQLite file, or a
 //! PostgreSQL schema), a probe that records what steps did, the steps the
-//! tests run, and the shared store conformance suite.
+//! tests run, the shared store conformance suite, and [`per_backend!`], which
+//! stamps a test out once per backend.
 //!
 //! PostgreSQL tests read `DATABASE_URL` (default
 //! `postgres://postgres@127.0.0.1:5432/test`). They fail when it is
@@ -17,6 +18,7 @@ pub mod fault_queue;
 pub mod github_api;
 pub mod http_client;
 pub mod meeting;
+pub mod per_backend;
 pub mod pg_auto_failover;
 pub mod pg_cluster;
 pub mod pg_replica;

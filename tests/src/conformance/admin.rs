@@ -9,15 +9,15 @@ use chrono::Utc;
 use serde::{Deserialize, Serialize};
 use serde_json::json;
 use tickmark::operator::{Actor, AdminError, Operations, RetryRequest};
-use tickmark::store::admin::{
-    AuditNote, Decision, EventFilter, EventSnapshot, PruneBatch, Replan, SettledAs,
-    TransitionError, Verdict,
-};
-use tickmark::store::{ClaimParams, ClaimedEvent, MarkDone};
 use tickmark::{
     Backend, EventState, Handler, Handlers, NewEvent, RetryPolicy, Step, StepContext, StepError,
     StepResult, StepState, StoreError,
 };
+use tickmark_driver::store::admin::{
+    AuditNote, Decision, EventFilter, EventSnapshot, PruneBatch, Replan, SettledAs,
+    TransitionError, Verdict,
+};
+use tickmark_driver::store::{ClaimParams, ClaimedEvent, MarkDone};
 use tokio_util::sync::CancellationToken;
 
 use super::{engine, order_paid, quick_worker};
@@ -654,7 +654,7 @@ pub async fn cancelling_a_running_event_fences_its_worker(db: TestDb) {
     );
     assert_lease_lost(
         db.store
-            .event_release(&claimed.lease, &tickmark::store::Release::now(true))
+            .event_release(&claimed.lease, &tickmark_driver::store::Release::now(true))
             .await,
         "release after cancel",
     );

@@ -5,8 +5,8 @@
 
 use std::time::Duration;
 
-use tickmark::store::ClaimParams;
 use tickmark::{Handler, Handlers, StepState};
+use tickmark_driver::store::ClaimParams;
 
 use super::{engine, order_paid, quick_worker};
 use crate::test_steps::Record;

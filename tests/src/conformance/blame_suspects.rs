@@ -10,8 +10,8 @@ use chrono::Utc;
 use futures_util::future::join_all;
 use serde_json::json;
 use tickmark::operator::{Actor, Operations, RetryRequest};
-use tickmark::store::{ClaimedEvent, MarkDone, Release};
 use tickmark::{Accepted, Engine, EventState, Handler, Handlers, NewEvent, StepState};
+use tickmark_driver::store::{ClaimedEvent, MarkDone, Release};
 use tokio_util::sync::CancellationToken;
 
 use super::blame::{batch, charged, suspects_alone};

@@ -4,8 +4,8 @@
 use std::time::Duration;
 
 use chrono::Utc;
-use tickmark::store::{AfterFailure, ClaimParams, ClaimedEvent, MarkDone, MarkFailed};
 use tickmark::{EventState, Handler, Handlers, StoreError};
+use tickmark_driver::store::{AfterFailure, ClaimParams, ClaimedEvent, MarkDone, MarkFailed};
 use tokio_util::sync::CancellationToken;
 
 use super::{engine, order_paid, quick_worker};
@@ -86,7 +86,7 @@ pub async fn a_taken_over_lease_can_neither_mark_nor_heartbeat(db: TestDb) {
     assert_lease_lost(db.store.step_mark_failed(&failed).await, "old mark failed");
     assert_lease_lost(
         db.store
-            .event_release(&old.lease, &tickmark::store::Release::now(true))
+            .event_release(&old.lease, &tickmark_driver::store::Release::now(true))
             .await,
         "old release",
     );

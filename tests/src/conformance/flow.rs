@@ -8,8 +8,8 @@ use std::time::Duration;
 use chrono::{DateTime, Utc};
 use serde_json::json;
 use tickmark::flow::RateLimit;
-use tickmark::store::{ClaimParams, Release};
 use tickmark::{Accepted, Engine, EventState, Handler, Handlers, NewEvent, StepState};
+use tickmark_driver::store::{ClaimParams, Release};
 
 use super::{engine, quick_worker};
 use crate::test_steps::Record;

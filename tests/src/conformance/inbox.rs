@@ -3,8 +3,8 @@
 use std::time::Duration;
 
 use serde_json::json;
-use tickmark::store::ClaimParams;
 use tickmark::{Accepted, EventState, Handler, Handlers, NewEvent};
+use tickmark_driver::store::ClaimParams;
 
 use super::{engine, quick_worker};
 use crate::test_steps::Record;

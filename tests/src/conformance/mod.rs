@@ -1,5 +1,5 @@
 //! The store conformance suite: every case runs against SQLite and PostgreSQL
-//! (`tests/tests/conformance.rs` instantiates it once per backend with
+//! (`tests/tests/it/conformance.rs` instantiates it once per backend with
 //! [`conformance_suite!`](crate::conformance_suite)).
 
 pub mod admin;
@@ -57,12 +57,16 @@ pub fn quick_worker(name: &str) -> WorkerConfig {
         .with_concurrency(4)
 }
 
-/// Expand to one `#[tokio::test]` per conformance case, each on a fresh
-/// database of `$backend` (a `tickmark::Backend`).
+/// Expand to the whole suite once per backend, through
+/// [`per_backend!`](crate::per_backend!): the tests `sqlite::<case>` and
+/// `postgres::<case>`, each on a fresh database. The cases are named by
+/// their module here (`inbox::…`), which the expansion brings into scope.
 #[macro_export]
 macro_rules! conformance_suite {
-    ($backend:expr) => {
-        $crate::conformance_suite!(@cases $backend;
+    () => {
+        #[allow(unused_imports)]
+        use $crate::conformance::*;
+        $crate::per_backend!(fresh_db => [
             inbox::concurrent_duplicate_accepts_yield_one_new,
             inbox::a_duplicate_delivery_never_reruns_a_step,
             inbox::events_without_an_id_are_deduplicated_by_body_hash,
@@ -158,20 +162,6 @@ macro_rules! conformance_suite {
             reconcile::a_reconcile_release_records_the_summary_and_frees_the_source,
             reconcile::a_reconcile_reset_waits_for_a_free_source_and_forgets_the_cursor,
             reconcile::reconcile_cursors_are_listed_in_byte_order_of_source,
-        );
-    };
-    (@cases $backend:expr; $($module:ident :: $case:ident),+ $(,)?) => {
-        $crate::conformance_suite!(@on $crate::TestDb::new($backend); $($module :: $case),+);
-    };
-    // Each case on the database `$db` makes (an `Option<TestDb>`; `None`
-    // skips): the same cases on a database set up differently.
-    (@on $db:expr; $($module:ident :: $case:ident),+ $(,)?) => {
-        $(
-            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-            async fn $case() {
-                let Some(db) = $db.await else { return };
-                $crate::conformance::$module::$case(db).await;
-            }
-        )+
+        ]);
     };
 }

@@ -6,8 +6,8 @@ use std::time::Duration;
 use chrono::{DateTime, Utc};
 use serde_json::json;
 use tickmark::operator::Operations;
-use tickmark::store::{ClaimParams, SequenceCheck};
 use tickmark::{Accepted, Engine, EventState, Handler, Handlers, NewEvent, StepState};
+use tickmark_driver::store::{ClaimParams, SequenceCheck};
 
 use super::{engine, quick_worker};
 use crate::meeting::Meeting;

@@ -5,8 +5,8 @@
 use std::time::Duration;
 
 use chrono::{TimeZone, Utc};
-use tickmark::store::{ReconcileCursor, ReconcileLease};
 use tickmark::{Backend, StoreError};
+use tickmark_driver::store::{ReconcileCursor, ReconcileLease};
 
 use crate::TestDb;
 

@@ -3,8 +3,8 @@
 use std::time::Duration;
 
 use chrono::Utc;
-use tickmark::store::{ClaimParams, EventInsert};
 use tickmark::{EventState, Handler, Handlers, RetryPolicy, StepState};
+use tickmark_driver::store::{ClaimParams, EventInsert};
 use tokio_util::sync::CancellationToken;
 
 use super::{engine, order_paid, quick_worker};

@@ -5,8 +5,8 @@ use std::time::Duration;
 
 use chrono::Utc;
 use serde_json::json;
-use tickmark::store::{ClaimParams, MarkDone};
 use tickmark::{EventState, Handler, Handlers, NewEvent, StepState};
+use tickmark_driver::store::{ClaimParams, MarkDone};
 use tokio_util::sync::CancellationToken;
 
 use super::{engine, order_paid, quick_worker};

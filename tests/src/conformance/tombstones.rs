@@ -1,13 +1,13 @@
-//! Dedup tombstones (`tickmark::store::tombstone`): a pruned event leaves a
+//! Dedup tombstones (`tickmark_driver::store::tombstone`): a pruned event leaves a
 //! compact record of its keys for the dedup window, so a late redelivery is
 //! still a duplicate and never runs again; after the window it is new.
 
 use std::time::Duration;
 
 use serde_json::json;
-use tickmark::store::admin::PruneBatch;
-use tickmark::store::tombstone::{key_hash, KeyKind};
 use tickmark::{Accepted, Engine, NewEvent};
+use tickmark_driver::store::admin::PruneBatch;
+use tickmark_driver::store::tombstone::{key_hash, KeyKind};
 
 use super::admin::{age, run_until_idle, three_steps};
 use super::{engine, order_paid};

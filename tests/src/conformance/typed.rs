@@ -8,12 +8,12 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 use serde_json::json;
-use tickmark::handler::HandlerConfigError;
 use tickmark::operator::{Operations, RetryRequest};
 use tickmark::{
     Engine, EventState, Handler, Handlers, NewEvent, Output, RetryPolicy, Step, StepContext,
     StepResult, StepState,
 };
+use tickmark_core::handler::HandlerConfigError;
 
 use super::admin::ops;
 use super::{engine, quick_worker};
