@@ -1,5 +1,5 @@
 //! What tickmark's PostgreSQL statements rely on, pinned by tickmark rather
-//! than taken from the session: READ COMMITTED (engine/src/store/postgres/
+//! than taken from the session: READ COMMITTED (crates/tickmark-postgres/src/
 //! isolation.rs) and each function's `search_path` (migration 0011).
 //! PostgreSQL only.
 

@@ -1,6 +1,6 @@
 //! Reconciliation's storage: one cursor per source, and a lease that lets
 //! one process at a time reconcile it, fenced as an event's lease is
-//! (`engine/src/store/reconcile.rs`).
+//! (`crates/tickmark-driver/src/store/reconcile.rs`).
 
 use std::time::Duration;
 

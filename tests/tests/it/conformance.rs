@@ -52,7 +52,7 @@ mod postgres_only {
 /// The cases whose answers rely on READ COMMITTED, on a database whose
 /// connections default to REPEATABLE READ (as `ALTER ROLE … SET
 /// default_transaction_isolation` would make them): tickmark sets its own
-/// level, so they pass unchanged (engine/src/store/postgres/isolation.rs).
+/// level, so they pass unchanged (crates/tickmark-postgres/src/isolation.rs).
 mod postgres_repeatable_read {
     use tickmark_tests::conformance::{fencing, flow, inbox, running, tombstones, waits};
 

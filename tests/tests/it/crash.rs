@@ -211,7 +211,7 @@ async fn a_worker_killed_inside_a_transactional_step(backend: Backend) {
 }
 
 /// A worker hands its slot on to the next event while an event's final mark
-/// is still being committed (`engine/src/runner/slots.rs`). Here that mark is
+/// is still being committed (`crates/tickmark-core/src/runner/slots.rs`). Here that mark is
 /// held in flight for certain: the test locks the event's row before the
 /// step returns, so the mark waits on the lock. Meanwhile the worker (one
 /// slot) runs the next event to the end. Then the worker is SIGKILLed with

@@ -406,7 +406,7 @@ impl Image {
     }
 }
 
-/// The page's colours (engine/src/dashboard/html.rs).
+/// The page's colours (crates/tickmark-dashboard/src/html.rs).
 const BORDER: [u8; 3] = [0xd0, 0xd7, 0xde];
 const DONE_BADGE: [u8; 3] = [0xda, 0xfb, 0xe1];
 const DEAD_BADGE: [u8; 3] = [0xff, 0xeb, 0xe9];

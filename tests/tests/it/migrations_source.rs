@@ -1,8 +1,9 @@
 //! One source of truth for the schema. The SQL lives in the workspace's
 //! `migrations/` (where people and tools such as sqlx-cli look);
-//! `engine/migrations` is a symlink to it, so `sqlx::migrate!` embeds those
-//! very files and `cargo package` copies them into the published crate
-//! (docs/releasing.md). These tests fail if the symlink is replaced by a copy
+//! each backend crate's `migrations` is a symlink to its folder there
+//! (`crates/tickmark-postgres/migrations` → `migrations/postgres`), so
+//! `sqlx::migrate!` embeds those very files and `cargo package` copies them
+//! into the published crate (docs/releasing.md). These tests fail if the symlink is replaced by a copy
 //! that could drift, or if what the build embeds is not what the folder holds.
 
 use std::collections::BTreeMap;
@@ -39,34 +40,46 @@ fn files(dir: &Path) -> BTreeMap<PathBuf, Vec<u8>> {
 }
 
 #[test]
-fn the_engine_embeds_the_workspace_migrations_through_a_symlink() {
+fn each_backend_embeds_its_workspace_migrations_through_a_symlink() {
     let root = workspace_root();
-    let link = root.join("engine").join("migrations");
-    let target = std::fs::read_link(&link).unwrap_or_else(|e| {
-        panic!(
-            "{} must be a symlink to ../migrations (the one copy of the SQL), not a \
-             directory of its own: {e}",
+    for backend in ["postgres", "sqlite"] {
+        let link = root
+            .join("crates")
+            .join(format!("tickmark-{backend}"))
+            .join("migrations");
+        let target = std::fs::read_link(&link).unwrap_or_else(|e| {
+            panic!(
+                "{} must be a symlink to ../../migrations/{backend} (the one copy of the \
+                 SQL), not a directory of its own: {e}",
+                link.display()
+            )
+        });
+        assert_eq!(
+            target,
+            Path::new("../../migrations").join(backend),
+            "{}",
             link.display()
-        )
-    });
-    assert_eq!(target, Path::new("../migrations"), "{}", link.display());
-    assert_eq!(
-        link.canonicalize().expect("the symlink resolves"),
-        root.join("migrations").canonicalize().expect("migrations/"),
-    );
-
-    let top = files(&root.join("migrations"));
-    assert!(
-        top.keys().any(|path| path.starts_with("postgres"))
-            && top.keys().any(|path| path.starts_with("sqlite")),
-        "migrations/ holds postgres/ and sqlite/: {:?}",
-        top.keys()
-    );
-    assert_eq!(
-        files(&link),
-        top,
-        "engine/migrations and migrations/ differ"
-    );
+        );
+        let folder = root.join("migrations").join(backend);
+        assert_eq!(
+            link.canonicalize().expect("the symlink resolves"),
+            folder.canonicalize().expect("migrations/<backend>"),
+        );
+        let embedded = files(&link);
+        assert!(
+            embedded
+                .keys()
+                .any(|path| path.extension().is_some_and(|e| e == "sql")),
+            "{} holds the backend's .sql files: {:?}",
+            link.display(),
+            embedded.keys()
+        );
+        assert_eq!(
+            embedded,
+            files(&folder),
+            "crates/tickmark-{backend}/migrations and migrations/{backend} differ"
+        );
+    }
 }
 
 /// The highest `NNNN_` prefix among the `.sql` files of `migrations/<dir>`.
