@@ -173,7 +173,7 @@ pub use tickmark_core::{
     WorkerConfigError, WorkerStats, ANY,
 };
 pub use tickmark_driver::store::admin::EventFilter;
-pub use tickmark_driver::store::{EventCounts, EventRecord};
+pub use tickmark_driver::store::{EventCounts, EventRecord, StepStatus};
 pub use tickmark_driver::{Event, EventState, NewEvent, RetryPolicy, StepState};
 #[cfg(feature = "receiver")]
 #[cfg_attr(docsrs, doc(cfg(feature = "receiver")))]

@@ -24,7 +24,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::json;
 use tickmark::{
     Engine, Handler, Handlers, NewEvent, RetryPolicy, Step, StepContext, StepError, StepOptions,
-    StepResult, StepState, WorkerConfig,
+    StepResult, StepState, StepStatus, WorkerConfig,
 };
 
 /// A multi-minute media job on tickmark: progress, timeouts, heartbeats, resume.
@@ -187,10 +187,17 @@ async fn engine(args: &Args) -> Result<Engine, Box<dyn std::error::Error>> {
 }
 
 /// One line: each step's state, and the running step's progress.
-async fn print_progress(engine: &Engine, seq: i64) -> Result<(), Box<dyn std::error::Error>> {
-    let parts: Vec<String> = engine
-        .store()
-        .step_status(seq)
+/// The job's step-status table, as `tickmark events show` prints it.
+async fn job_steps(engine: &Engine) -> Result<Vec<StepStatus>, Box<dyn std::error::Error>> {
+    let status = engine
+        .event_status("media", "job_42")
+        .await?
+        .ok_or("job_42 was accepted, so it has a status")?;
+    Ok(status.steps)
+}
+
+async fn print_progress(engine: &Engine) -> Result<(), Box<dyn std::error::Error>> {
+    let parts: Vec<String> = job_steps(engine)
         .await?
         .into_iter()
         .map(
@@ -215,7 +222,7 @@ async fn demo(args: &Args) -> Result<bool, Box<dyn std::error::Error>> {
     let _ = std::fs::remove_dir_all(&args.dir);
     std::fs::create_dir_all(&args.dir)?;
     let engine = engine(args).await?;
-    let tickmark::Accepted::New { seq } = engine
+    let tickmark::Accepted::New { .. } = engine
         .accept(NewEvent::with_id(
             "media",
             "job_42",
@@ -243,9 +250,9 @@ async fn demo(args: &Args) -> Result<bool, Box<dyn std::error::Error>> {
         .spawn()?;
     loop {
         tokio::time::sleep(Duration::from_millis(500)).await;
-        let steps = engine.store().step_status(seq).await?;
+        let steps = job_steps(&engine).await?;
         let transcode = &steps[1];
-        print_progress(&engine, seq).await?;
+        print_progress(&engine).await?;
         if transcode.state == StepState::Running && transcode.progress.unwrap_or(0.0) >= 0.5 {
             break;
         }
@@ -262,12 +269,12 @@ async fn demo(args: &Args) -> Result<bool, Box<dyn std::error::Error>> {
     let running = tokio::spawn(worker.run_until_idle());
     while !running.is_finished() {
         tokio::time::sleep(Duration::from_secs(1)).await;
-        print_progress(&engine, seq).await?;
+        print_progress(&engine).await?;
     }
     let stats = running.await??;
     println!("    finished: {} lease taken over", stats.takeovers);
 
-    let steps = engine.store().step_status(seq).await?;
+    let steps = job_steps(&engine).await?;
     let resumed = steps[1]
         .output
         .as_ref()
@@ -275,7 +282,7 @@ async fn demo(args: &Args) -> Result<bool, Box<dyn std::error::Error>> {
         .unwrap_or(0);
     let published = args.dir.join("job_42.published.json");
     println!("4. Result:");
-    print_progress(&engine, seq).await?;
+    print_progress(&engine).await?;
     println!("    transcode resumed from chunk {resumed} of {CHUNKS} instead of starting over");
     println!("    published: {}", published.display());
     Ok(steps.iter().all(|s| s.state == StepState::Done) && resumed > 0 && published.exists())

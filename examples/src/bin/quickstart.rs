@@ -274,8 +274,8 @@ async fn story(url: &str) -> Result<bool, Box<dyn std::error::Error>> {
         .status()?;
     println!("    worker process exited with {status} (no clean-up, its lease left behind)");
     print_table(&engine, &[CRASH_EVENT]).await?;
-    if let Some(record) = engine.store().event_find("shop", CRASH_EVENT).await? {
-        let left = (record.due_at - chrono::Utc::now())
+    if let Some(status) = engine.event_status("shop", CRASH_EVENT).await? {
+        let left = (status.record.due_at - chrono::Utc::now())
             .to_std()
             .unwrap_or_default();
         tokio::time::sleep(left + Duration::from_millis(100)).await;
@@ -379,10 +379,10 @@ async fn print_table(
         "event", "step", "state", "attempts"
     );
     for id in event_ids {
-        let Some(record) = engine.store().event_find("shop", id).await? else {
+        let Some(status) = engine.event_status("shop", id).await? else {
             continue;
         };
-        for step in engine.store().step_status(record.event.seq).await? {
+        for step in status.steps {
             println!(
                 "    {:<7} {:<14} {:<12} {:>8}  {}",
                 id, step.step, step.state, step.attempts, step.idempotency_key

@@ -60,7 +60,7 @@ pub trait Step: Send + Sync + fmt::Debug {
     ///
     /// ```
     /// # use serde::{Deserialize, Serialize};
-    /// use tickmark::context::Output;
+    /// use tickmark::Output;
     /// # use tickmark::{Step, StepContext, StepResult};
     ///
     /// #[derive(Debug, Serialize, Deserialize)]

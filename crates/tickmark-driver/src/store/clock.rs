@@ -11,7 +11,7 @@ use chrono::{DateTime, Utc};
 ///
 /// ```
 /// use chrono::{TimeZone, Utc};
-/// use tickmark::store::Clock;
+/// use tickmark::store::sqlite::Clock;
 ///
 /// let fixed = Utc.with_ymd_and_hms(2026, 12, 1, 9, 0, 0).unwrap();
 /// let clock = Clock::from_fn(move || fixed);
