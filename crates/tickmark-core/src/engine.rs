@@ -118,7 +118,10 @@ impl Engine {
     }
 
     /// This process's counters, shared by the receiver and the workers;
-    /// render them with [`metrics::render`](crate::metrics::render).
+    /// render them with [`metrics::render`](crate::metrics::render). For
+    /// tickmark's own crates: users read them at `GET /metrics`
+    /// (`tickmark::ops::router`).
+    #[doc(hidden)]
     pub fn metrics(&self) -> &Arc<Metrics> {
         &self.metrics
     }

@@ -168,9 +168,9 @@ pub use error::Error;
 pub use store::{connect, migrate, Backend, StepTransaction, Store, StoreError};
 pub use tickmark_core::{
     idempotency_key, output, redact_url, Accepted, Engine, EventStatus, FailureKind, Handler,
-    HandlerConfigError, Handlers, Metrics, Output, Resources, SecretString, Step, StepContext,
-    StepError, StepOptions, StepOutputs, StepResult, TerminalExt, Worker, WorkerConfig,
-    WorkerConfigError, WorkerStats, ANY,
+    HandlerConfigError, Handlers, Output, Resources, SecretString, Step, StepContext, StepError,
+    StepOptions, StepOutputs, StepResult, TerminalExt, Worker, WorkerConfig, WorkerConfigError,
+    WorkerStats, ANY,
 };
 pub use tickmark_driver::store::admin::EventFilter;
 pub use tickmark_driver::store::{EventCounts, EventRecord, StepStatus};
