@@ -26,7 +26,9 @@
 //!   time; SQLite keeps fixed-width text, parsed by the SQLite store. So the
 //!   row decoders (`record_from_row`, `status_from_row`, …) stay per
 //!   dialect and are handed in as `decode`; the twins share the statement
-//!   around them.
+//!   around them. (They differ in one more way: an event's payload that is
+//!   not JSON is a decode error of sqlx's on PostgreSQL, and
+//!   [`StoreError::Corrupt`] on SQLite.)
 
 use sqlx::{Database, Encode, Executor, FromRow, IntoArguments, Type};
 
