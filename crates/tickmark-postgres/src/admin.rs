@@ -15,7 +15,7 @@ use tickmark_driver::store::admin::{
     Admin, AuditEntry, AuditNote, Decide, Decision, EventFilter, EventSnapshot, KeySlots,
     PruneBatch, StatusReport, TransitionError,
 };
-use tickmark_driver::store::Store;
+use tickmark_driver::store::twin;
 use tickmark_driver::store::{decode, EventRecord, StoreError};
 
 impl PostgresStore {
@@ -59,7 +59,7 @@ impl PostgresStore {
                 rerun_done,
                 take_over_expired,
             } => {
-                let record = changed(
+                let record = twin::changed(
                     sqlx::query(sql::EVENT_RETRY)
                         .bind(found.seq)
                         .bind(*resume_at)
@@ -68,6 +68,7 @@ impl PostgresStore {
                         .fetch_optional(&mut *conn)
                         .await?,
                     found,
+                    record_from_row,
                 )?;
                 sqlx::query(sql::STEPS_FORGET_FROM)
                     .bind(found.seq)
@@ -76,21 +77,23 @@ impl PostgresStore {
                     .await?;
                 Ok(record)
             }
-            Decision::EndWait => changed(
+            Decision::EndWait => twin::changed(
                 sqlx::query(sql::EVENT_END_WAIT)
                     .bind(found.seq)
                     .fetch_optional(&mut *conn)
                     .await?,
                 found,
+                record_from_row,
             ),
-            Decision::Cancel => changed(
+            Decision::Cancel => twin::changed(
                 sqlx::query(sql::EVENT_CANCEL)
                     .bind(found.seq)
                     .fetch_optional(&mut *conn)
                     .await?,
                 found,
+                record_from_row,
             ),
-            Decision::Replan(replan) => changed(
+            Decision::Replan(replan) => twin::changed(
                 sqlx::query(sql::EVENT_REPLAN)
                     .bind(found.seq)
                     .bind(&replan.plan_json)
@@ -102,6 +105,7 @@ impl PostgresStore {
                     .fetch_optional(&mut *conn)
                     .await?,
                 found,
+                record_from_row,
             ),
             Decision::SettleStep {
                 position,
@@ -115,13 +119,14 @@ impl PostgresStore {
                         event_seq: found.seq,
                         position: *position,
                     })?;
-                let record = changed(
+                let record = twin::changed(
                     sqlx::query(sql::EVENT_SETTLE_STEP)
                         .bind(found.seq)
                         .bind(*position)
                         .fetch_optional(&mut *conn)
                         .await?,
                     found,
+                    record_from_row,
                 )?;
                 sqlx::query(sql::STEP_UPSERT_BY_HAND)
                     .bind(found.seq)
@@ -165,18 +170,6 @@ impl PostgresStore {
     }
 }
 
-/// The row a transition's `UPDATE` returned; none means it changed nothing,
-/// which is an error, never ignored.
-fn changed(row: Option<PgRow>, found: &EventSnapshot) -> Result<EventRecord, TransitionError> {
-    match row {
-        Some(row) => Ok(record_from_row(&row)?),
-        None => Err(TransitionError::Unchanged {
-            event_seq: found.seq,
-            was: found.state,
-        }),
-    }
-}
-
 fn audit_from_row(row: &PgRow) -> Result<AuditEntry, StoreError> {
     Ok(AuditEntry {
         id: row.try_get("id")?,
@@ -188,10 +181,6 @@ fn audit_from_row(row: &PgRow) -> Result<AuditEntry, StoreError> {
         reason: row.try_get("reason")?,
         detail: row.try_get("detail")?,
     })
-}
-
-fn records(rows: Vec<PgRow>) -> Result<Vec<EventRecord>, StoreError> {
-    rows.iter().map(record_from_row).collect()
 }
 
 #[async_trait::async_trait]
@@ -228,7 +217,7 @@ impl Admin for PostgresStore {
             .bind(i64::from(filter.limit))
             .fetch_all(&self.db)
             .await?;
-        records(rows)
+        rows.iter().map(record_from_row).collect()
     }
 
     async fn event_lookup(
@@ -236,38 +225,23 @@ impl Admin for PostgresStore {
         id: &str,
         source: Option<&str>,
     ) -> Result<Vec<EventRecord>, StoreError> {
-        if let Some(seq) = decode::row_number(id) {
-            if let Some(record) = self.event_get(seq).await? {
-                if source.is_none_or(|source| source == record.event.source) {
-                    return Ok(vec![record]);
-                }
-            }
-        }
-        let rows = sqlx::query(sql::EVENT_BY_DEDUP_KEY)
-            .bind(id)
-            .bind(source)
-            .fetch_all(&self.db)
-            .await?;
-        records(rows)
+        twin::event_lookup(
+            &self.db,
+            engine_sql::EVENT_GET,
+            sql::EVENT_BY_DEDUP_KEY,
+            id,
+            source,
+            record_from_row,
+        )
+        .await
     }
 
     async fn audit_list(&self, event_seq: i64) -> Result<Vec<AuditEntry>, StoreError> {
-        sqlx::query(sql::AUDIT_LIST)
-            .bind(event_seq)
-            .fetch_all(&self.db)
-            .await?
-            .iter()
-            .map(audit_from_row)
-            .collect()
+        twin::event_rows(&self.db, sql::AUDIT_LIST, event_seq, audit_from_row).await
     }
 
     async fn event_plan(&self, event_seq: i64) -> Result<Option<serde_json::Value>, StoreError> {
-        let plan: Option<String> = sqlx::query_scalar(sql::EVENT_PLAN)
-            .bind(event_seq)
-            .fetch_optional(&self.db)
-            .await?;
-        plan.map(|plan| decode::json(&plan, "stored plan"))
-            .transpose()
+        twin::event_plan(&self.db, sql::EVENT_PLAN, event_seq).await
     }
 
     async fn event_key_slots(&self, event_seq: i64) -> Result<Option<KeySlots>, StoreError> {
@@ -327,6 +301,6 @@ impl Admin for PostgresStore {
     }
 
     async fn sources(&self) -> Result<Vec<String>, StoreError> {
-        Ok(sqlx::query_scalar(sql::SOURCES).fetch_all(&self.db).await?)
+        twin::sources(&self.db, sql::SOURCES).await
     }
 }

@@ -30,6 +30,7 @@ use tickmark_driver::event::Event;
 use tickmark_driver::store::group_commit::{copy_error, FlushFn, GroupCommit, Overlap};
 use tickmark_driver::store::records::{OwnedEventInsert, OwnedMarkDone};
 use tickmark_driver::store::transaction::Inner;
+use tickmark_driver::store::twin;
 use tickmark_driver::store::{
     app_connection, decode, AfterFailure, AppConnection, Backend, ClaimParams, ClaimedEvent,
     EventCounts, EventInsert, EventRecord, InsertOutcome, Lease, MarkDone, MarkFailed, PlanGroup,
@@ -304,14 +305,7 @@ impl PostgresStore {
         position: i32,
         state: &str,
     ) -> Result<(), StoreError> {
-        let applied: Option<i32> = sqlx::query_scalar(sql::STEP_MARK_CONFIRM)
-            .bind(lease.event_seq)
-            .bind(position)
-            .bind(lease.token)
-            .bind(state)
-            .fetch_optional(&self.db)
-            .await?;
-        decode::confirmed(applied.is_some(), lease)
+        twin::step_mark_confirm(&self.db, sql::STEP_MARK_CONFIRM, lease, position, state).await
     }
 }
 
@@ -820,27 +814,11 @@ impl Store for PostgresStore {
     }
 
     async fn plans_unfinished(&self) -> Result<Vec<PlanGroup>, StoreError> {
-        let rows: Vec<(String, i64, i64)> = sqlx::query_as(sql::PLANS_UNFINISHED)
-            .fetch_all(&self.db)
-            .await?;
-        Ok(rows
-            .into_iter()
-            .map(|(plan_json, events, example_seq)| PlanGroup {
-                plan_json,
-                events,
-                example_seq,
-            })
-            .collect())
+        twin::plans_unfinished(&self.db, sql::PLANS_UNFINISHED).await
     }
 
     async fn event_get(&self, event_seq: i64) -> Result<Option<EventRecord>, StoreError> {
-        sqlx::query(sql::EVENT_GET)
-            .bind(event_seq)
-            .fetch_optional(&self.db)
-            .await?
-            .as_ref()
-            .map(record_from_row)
-            .transpose()
+        twin::event_get(&self.db, sql::EVENT_GET, event_seq, record_from_row).await
     }
 
     async fn event_find(
@@ -848,14 +826,14 @@ impl Store for PostgresStore {
         source: &str,
         dedup_key: &str,
     ) -> Result<Option<EventRecord>, StoreError> {
-        sqlx::query(sql::EVENT_FIND)
-            .bind(source)
-            .bind(dedup_key)
-            .fetch_optional(&self.db)
-            .await?
-            .as_ref()
-            .map(record_from_row)
-            .transpose()
+        twin::event_find(
+            &self.db,
+            sql::EVENT_FIND,
+            source,
+            dedup_key,
+            record_from_row,
+        )
+        .await
     }
 
     async fn event_find_by_replay_key(
@@ -863,25 +841,21 @@ impl Store for PostgresStore {
         source: &str,
         replay_key: &str,
     ) -> Result<Option<EventRecord>, StoreError> {
-        sqlx::query(sql::EVENT_FIND_BY_REPLAY_KEY)
-            .bind(source)
-            .bind(replay_key)
-            .fetch_optional(&self.db)
-            .await?
-            .as_ref()
-            .map(record_from_row)
-            .transpose()
+        twin::event_find(
+            &self.db,
+            sql::EVENT_FIND_BY_REPLAY_KEY,
+            source,
+            replay_key,
+            record_from_row,
+        )
+        .await
     }
 
     async fn step_outputs(
         &self,
         event_seq: i64,
     ) -> Result<Vec<(i32, serde_json::Value)>, StoreError> {
-        let rows: Vec<(i32, Option<String>)> = sqlx::query_as(sql::STEP_OUTPUTS)
-            .bind(event_seq)
-            .fetch_all(&self.db)
-            .await?;
-        decode::outputs(rows)
+        twin::step_outputs(&self.db, sql::STEP_OUTPUTS, event_seq).await
     }
 
     async fn step_transaction_begin(&self) -> Result<StepTransaction, StoreError> {
@@ -935,13 +909,7 @@ impl Store for PostgresStore {
     }
 
     async fn step_status(&self, event_seq: i64) -> Result<Vec<StepStatus>, StoreError> {
-        sqlx::query(sql::STEP_STATUS)
-            .bind(event_seq)
-            .fetch_all(&self.db)
-            .await?
-            .iter()
-            .map(status_from_row)
-            .collect()
+        twin::event_rows(&self.db, sql::STEP_STATUS, event_seq, status_from_row).await
     }
 
     async fn wakeups(&self) -> Result<Wakeups, StoreError> {

@@ -9,6 +9,7 @@ use sqlx::Row;
 
 use super::{reconcile_sql as sql, seconds, PostgresStore};
 use tickmark_driver::store::reconcile::lease_kept;
+use tickmark_driver::store::twin;
 use tickmark_driver::store::{ReconcileCursor, ReconcileLease, StoreError};
 
 impl PostgresStore {
@@ -81,12 +82,7 @@ impl PostgresStore {
     }
 
     pub(super) async fn list_reconcile_cursors(&self) -> Result<Vec<ReconcileCursor>, StoreError> {
-        sqlx::query(sql::RECONCILE_CURSORS)
-            .fetch_all(&self.db)
-            .await?
-            .iter()
-            .map(cursor_from_row)
-            .collect()
+        twin::reconcile_cursors(&self.db, sql::RECONCILE_CURSORS, cursor_from_row).await
     }
 
     pub(super) async fn reset_reconcile_cursor(&self, source: &str) -> Result<bool, StoreError> {

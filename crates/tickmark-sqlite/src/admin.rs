@@ -18,7 +18,7 @@ use tickmark_driver::store::admin::{
     PruneBatch, StatusReport, TransitionError,
 };
 use tickmark_driver::store::tombstone::{key_hash, KeyKind};
-use tickmark_driver::store::Store;
+use tickmark_driver::store::twin;
 use tickmark_driver::store::{decode, EventRecord, StoreError};
 
 impl SqliteStore {
@@ -66,7 +66,7 @@ impl SqliteStore {
                 rerun_done,
                 take_over_expired,
             } => {
-                let record = changed(
+                let record = twin::changed(
                     sqlx::query(sql::EVENT_RETRY)
                         .bind(found.seq)
                         .bind(*resume_at)
@@ -76,6 +76,7 @@ impl SqliteStore {
                         .fetch_optional(&mut *conn)
                         .await?,
                     found,
+                    record_from_row,
                 )?;
                 sqlx::query(sql::STEPS_FORGET_FROM)
                     .bind(found.seq)
@@ -84,23 +85,25 @@ impl SqliteStore {
                     .await?;
                 Ok(record)
             }
-            Decision::EndWait => changed(
+            Decision::EndWait => twin::changed(
                 sqlx::query(sql::EVENT_END_WAIT)
                     .bind(found.seq)
                     .bind(now)
                     .fetch_optional(&mut *conn)
                     .await?,
                 found,
+                record_from_row,
             ),
-            Decision::Cancel => changed(
+            Decision::Cancel => twin::changed(
                 sqlx::query(sql::EVENT_CANCEL)
                     .bind(found.seq)
                     .bind(now)
                     .fetch_optional(&mut *conn)
                     .await?,
                 found,
+                record_from_row,
             ),
-            Decision::Replan(replan) => changed(
+            Decision::Replan(replan) => twin::changed(
                 sqlx::query(sql::EVENT_REPLAN)
                     .bind(found.seq)
                     .bind(&replan.plan_json)
@@ -113,6 +116,7 @@ impl SqliteStore {
                     .fetch_optional(&mut *conn)
                     .await?,
                 found,
+                record_from_row,
             ),
             Decision::SettleStep {
                 position,
@@ -126,7 +130,7 @@ impl SqliteStore {
                         event_seq: found.seq,
                         position: *position,
                     })?;
-                let record = changed(
+                let record = twin::changed(
                     sqlx::query(sql::EVENT_SETTLE_STEP)
                         .bind(found.seq)
                         .bind(*position)
@@ -134,6 +138,7 @@ impl SqliteStore {
                         .fetch_optional(&mut *conn)
                         .await?,
                     found,
+                    record_from_row,
                 )?;
                 sqlx::query(sql::STEP_UPSERT_BY_HAND)
                     .bind(found.seq)
@@ -172,18 +177,6 @@ impl SqliteStore {
     }
 }
 
-/// The row a transition's `UPDATE` returned; none means it changed nothing,
-/// which is an error, never ignored.
-fn changed(row: Option<SqliteRow>, found: &EventSnapshot) -> Result<EventRecord, TransitionError> {
-    match row {
-        Some(row) => Ok(record_from_row(&row)?),
-        None => Err(TransitionError::Unchanged {
-            event_seq: found.seq,
-            was: found.state,
-        }),
-    }
-}
-
 fn audit_from_row(row: &SqliteRow) -> Result<AuditEntry, StoreError> {
     Ok(AuditEntry {
         id: row.try_get("id")?,
@@ -195,10 +188,6 @@ fn audit_from_row(row: &SqliteRow) -> Result<AuditEntry, StoreError> {
         reason: row.try_get("reason")?,
         detail: row.try_get("detail")?,
     })
-}
-
-fn records(rows: Vec<SqliteRow>) -> Result<Vec<EventRecord>, StoreError> {
-    rows.iter().map(record_from_row).collect()
 }
 
 /// Now minus `duration`, as stored text (the distant past if it overflows).
@@ -257,7 +246,7 @@ impl Admin for SqliteStore {
             .bind(i64::from(filter.limit))
             .fetch_all(&self.pool)
             .await?;
-        records(rows)
+        rows.iter().map(record_from_row).collect()
     }
 
     async fn event_lookup(
@@ -265,38 +254,23 @@ impl Admin for SqliteStore {
         id: &str,
         source: Option<&str>,
     ) -> Result<Vec<EventRecord>, StoreError> {
-        if let Some(seq) = decode::row_number(id) {
-            if let Some(record) = self.event_get(seq).await? {
-                if source.is_none_or(|source| source == record.event.source) {
-                    return Ok(vec![record]);
-                }
-            }
-        }
-        let rows = sqlx::query(sql::EVENT_BY_DEDUP_KEY)
-            .bind(id)
-            .bind(source)
-            .fetch_all(&self.pool)
-            .await?;
-        records(rows)
+        twin::event_lookup(
+            &self.pool,
+            engine_sql::EVENT_GET,
+            sql::EVENT_BY_DEDUP_KEY,
+            id,
+            source,
+            record_from_row,
+        )
+        .await
     }
 
     async fn audit_list(&self, event_seq: i64) -> Result<Vec<AuditEntry>, StoreError> {
-        sqlx::query(sql::AUDIT_LIST)
-            .bind(event_seq)
-            .fetch_all(&self.pool)
-            .await?
-            .iter()
-            .map(audit_from_row)
-            .collect()
+        twin::event_rows(&self.pool, sql::AUDIT_LIST, event_seq, audit_from_row).await
     }
 
     async fn event_plan(&self, event_seq: i64) -> Result<Option<serde_json::Value>, StoreError> {
-        let plan: Option<String> = sqlx::query_scalar(sql::EVENT_PLAN)
-            .bind(event_seq)
-            .fetch_optional(&self.pool)
-            .await?;
-        plan.map(|plan| decode::json(&plan, "stored plan"))
-            .transpose()
+        twin::event_plan(&self.pool, sql::EVENT_PLAN, event_seq).await
     }
 
     async fn event_key_slots(&self, event_seq: i64) -> Result<Option<KeySlots>, StoreError> {
@@ -395,8 +369,6 @@ impl Admin for SqliteStore {
     }
 
     async fn sources(&self) -> Result<Vec<String>, StoreError> {
-        Ok(sqlx::query_scalar(sql::SOURCES)
-            .fetch_all(&self.pool)
-            .await?)
+        twin::sources(&self.pool, sql::SOURCES).await
     }
 }

@@ -11,6 +11,7 @@ use sqlx::Row;
 use super::time::{format_time, parse_time, parse_time_opt};
 use super::{after, reconcile_sql as sql, SqliteStore};
 use tickmark_driver::store::reconcile::lease_kept;
+use tickmark_driver::store::twin;
 use tickmark_driver::store::{ReconcileCursor, ReconcileLease, StoreError};
 
 impl SqliteStore {
@@ -101,12 +102,7 @@ impl SqliteStore {
     }
 
     pub(super) async fn list_reconcile_cursors(&self) -> Result<Vec<ReconcileCursor>, StoreError> {
-        sqlx::query(sql::RECONCILE_CURSORS)
-            .fetch_all(&self.pool)
-            .await?
-            .iter()
-            .map(cursor_from_row)
-            .collect()
+        twin::reconcile_cursors(&self.pool, sql::RECONCILE_CURSORS, cursor_from_row).await
     }
 
     pub(super) async fn reset_reconcile_cursor(&self, source: &str) -> Result<bool, StoreError> {

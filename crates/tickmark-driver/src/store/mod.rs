@@ -21,6 +21,7 @@ pub mod records;
 pub mod tombstone;
 pub mod transaction;
 pub mod transient;
+pub mod twin;
 pub mod wait;
 mod wakeups;
 
