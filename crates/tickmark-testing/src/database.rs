@@ -32,11 +32,11 @@ pub(crate) enum TestDatabase {
 
 impl TestDatabase {
     pub(crate) fn url(&self) -> &str {
-        match self {
+        match *self {
             #[cfg(feature = "sqlite")]
-            Self::Sqlite { url, .. } => url,
+            Self::Sqlite { ref url, .. } => url,
             #[cfg(feature = "postgres")]
-            Self::Postgres { url, .. } => url,
+            Self::Postgres { ref url, .. } => url,
         }
     }
 }
@@ -136,7 +136,7 @@ impl TestDatabase {
     }
 
     pub(crate) fn backend(&self) -> Backend {
-        match self {
+        match *self {
             #[cfg(feature = "sqlite")]
             Self::Sqlite { .. } => Backend::Sqlite,
             #[cfg(feature = "postgres")]
