@@ -98,7 +98,7 @@ impl Engine {
         conn: impl Into<AppConnection<'c>>,
         event: NewEvent,
     ) -> Result<Accepted, StoreError> {
-        inbox::accept_in(self.store.as_ref(), &self.registry, conn.into(), &event).await
+        inbox::accept_in(self.store.as_ref(), &self.registry, &event, conn.into()).await
     }
 
     /// A worker that runs this engine's events with `config`. Workers need no

@@ -79,8 +79,11 @@ pub async fn accept(
 pub async fn accept_in(
     store: &dyn Store,
     registry: &Registry,
-    conn: AppConnection<'_>,
+    // The event before the connection: built without a backend (as this
+    // crate is verified alone), a connection cannot exist, and nothing after
+    // one is reached.
     event: &NewEvent,
+    conn: AppConnection<'_>,
 ) -> Result<Accepted, StoreError> {
     async {
         let planned = plan_event(registry, event)?;

@@ -8,12 +8,29 @@ use super::MigrationError;
 use crate::store::Backend;
 
 /// One row of a migration history: a migration recorded as applied.
-#[derive(Debug, Clone, PartialEq, Eq, sqlx::FromRow)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Recorded {
     /// The migration's number.
     pub version: i64,
     /// The checksum sqlx computed of its SQL (SHA-384).
     pub checksum: Vec<u8>,
+}
+
+/// Written out rather than derived: the derive is sqlx's `macros` feature,
+/// which only the backend crates turn on (the root Cargo.toml says why).
+impl<'r, R> sqlx::FromRow<'r, R> for Recorded
+where
+    R: sqlx::Row,
+    &'static str: sqlx::ColumnIndex<R>,
+    i64: sqlx::Decode<'r, R::Database> + sqlx::Type<R::Database>,
+    Vec<u8>: sqlx::Decode<'r, R::Database> + sqlx::Type<R::Database>,
+{
+    fn from_row(row: &'r R) -> Result<Self, sqlx::Error> {
+        Ok(Self {
+            version: row.try_get("version")?,
+            checksum: row.try_get("checksum")?,
+        })
+    }
 }
 
 /// The up migrations of `migrator` (the embedded ones: `Migrator::iter().as_slice()`), in order.
