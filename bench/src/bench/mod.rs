@@ -8,4 +8,5 @@ pub mod dispatch;
 pub mod naive;
 pub mod phases;
 pub mod process;
+pub mod server_cost;
 pub mod stats;

@@ -16,7 +16,10 @@
 //!    finish), and the rate of one-row insert commits;
 //! 3. dispatch latency (accept → first step started) on an idle engine;
 //! 4. idle CPU of 4 idle workers over `--idle-secs`;
-//! 5. peak RSS of this process.
+//! 5. peak RSS of this process;
+//! 6. per drained event, this process's CPU time and, on PostgreSQL, what
+//!    the server spent: WAL bytes and (when the server runs on this
+//!    machine) its processes' CPU time.
 //!
 //! It prints a table and, last, one JSON line. Ratios are what to compare
 //! across machines; absolute figures depend on the machine and its load.
@@ -30,6 +33,7 @@ use tickmark::{Engine, Handler, Handlers, NewEvent, Step, StepContext, StepResul
 use tickmark_bench::bench::database::ScratchDatabase;
 use tickmark_bench::bench::dispatch::{self, Stamp, StartTimes};
 use tickmark_bench::bench::phases::Phases;
+use tickmark_bench::bench::server_cost::{self, ServerCost, ServerSnapshot, WalRecords};
 use tickmark_bench::bench::{naive, process, stats};
 use tokio_util::sync::CancellationToken;
 
@@ -67,6 +71,10 @@ struct Args {
     /// `step` and `mark` spans, summed (adds the cost of debug spans).
     #[arg(long)]
     phases: bool,
+    /// PostgreSQL: print the WAL the drain wrote by record type, in bytes
+    /// per event (the `pg_walinspect` extension; needs a superuser).
+    #[arg(long)]
+    wal_records: bool,
 }
 
 /// A step that does nothing: what is measured is the engine's own cost.
@@ -98,6 +106,13 @@ struct Figures {
     dispatch_p99_ms: f64,
     idle_cpu_pct: f64,
     rss_mb: f64,
+    /// PostgreSQL: WAL bytes written per drained event (server-wide).
+    db_wal_bytes_per_event: f64,
+    /// PostgreSQL on this machine: the server's CPU µs per drained event.
+    db_cpu_us_per_event: f64,
+    /// This process's CPU µs per drained event (the engine and its driver;
+    /// SQLite's own work included, as it runs in this process).
+    engine_cpu_us_per_event: f64,
 }
 
 #[tokio::main]
@@ -139,10 +154,16 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     .to_owned();
     let drained = drain(&args, &db.url, backlog, phases.as_ref()).await;
     db.remove().await?;
-    let (accept_per_s, events_per_s) = drained?;
-    figures.accept_per_s = accept_per_s;
-    figures.events_per_s = events_per_s;
-    figures.steps_per_s = events_per_s * args.steps as f64;
+    let drained = drained?;
+    figures.accept_per_s = drained.accept_per_s;
+    figures.events_per_s = drained.events_per_s;
+    if let Some(cost) = drained.server {
+        figures.db_wal_bytes_per_event = cost.wal_bytes_per(args.events);
+        figures.db_cpu_us_per_event = cost.cpu_us_per(args.events);
+    }
+    figures.steps_per_s = drained.events_per_s * args.steps as f64;
+    figures.engine_cpu_us_per_event =
+        drained.engine_cpu.as_secs_f64() * 1e6 / args.events.max(1) as f64;
     figures.rss_mb = process::peak_rss_mb();
 
     if !args.no_naive {
@@ -177,13 +198,23 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     Ok(())
 }
 
-/// Accept the backlog, then drain `--events` of it; (accepts/s, events/s).
+/// What the drain measured.
+struct Drained {
+    accept_per_s: f64,
+    events_per_s: f64,
+    /// What the PostgreSQL server spent during the drain.
+    server: Option<ServerCost>,
+    /// This process's CPU time during the drain.
+    engine_cpu: Duration,
+}
+
+/// Accept the backlog, then drain `--events` of it.
 async fn drain(
     args: &Args,
     url: &str,
     backlog: usize,
     phases: Option<&Phases>,
-) -> Result<(f64, f64), Box<dyn std::error::Error>> {
+) -> Result<Drained, Box<dyn std::error::Error>> {
     let store = tickmark::connect(url).await?;
     let mut handler = Handler::new();
     for n in 0..args.steps {
@@ -221,10 +252,26 @@ async fn drain(
     let worker = engine.worker(config)?;
     let mut stats = worker.stats();
     let shutdown = CancellationToken::new();
+    // The server's counters are read on a connection of their own.
+    let counters = if url.starts_with("postgres") {
+        Some(
+            sqlx::postgres::PgPoolOptions::new()
+                .max_connections(1)
+                .connect(url)
+                .await?,
+        )
+    } else {
+        None
+    };
+    let before = match &counters {
+        Some(pool) => Some(ServerSnapshot::take(pool).await?),
+        None => None,
+    };
     if let Some(phases) = phases {
         phases.reset();
     }
     let started = Instant::now();
+    let cpu_before = process::cpu_time();
     let running = tokio::spawn(worker.run(shutdown.clone()));
     let target = args.events as u64;
     let mut reported = Instant::now();
@@ -240,12 +287,32 @@ async fn drain(
         stats.changed().await?;
     }
     let elapsed = started.elapsed();
+    let engine_cpu = process::cpu_time().saturating_sub(cpu_before);
+    let server = match (&counters, &before) {
+        (Some(pool), Some(before)) => {
+            let after = ServerSnapshot::take(pool).await?;
+            if args.wal_records {
+                let records = server_cost::wal_records(pool, before, &after).await?;
+                print_wal_records(&records, args.events);
+            }
+            Some(after.since(before))
+        }
+        _ => None,
+    };
     if let Some(phases) = phases {
         tickmark_bench::bench::phases::print(&phases.snapshot(), args.workers, elapsed, target);
     }
     shutdown.cancel();
     running.await??;
-    Ok((accept_per_s, args.events as f64 / elapsed.as_secs_f64()))
+    if let Some(pool) = counters {
+        pool.close().await;
+    }
+    Ok(Drained {
+        accept_per_s,
+        events_per_s: args.events as f64 / elapsed.as_secs_f64(),
+        server,
+        engine_cpu,
+    })
 }
 
 /// Dispatch latency p50 and p99 (ms) and idle CPU (% of one core).
@@ -300,6 +367,25 @@ async fn idle_figures(
     Ok((p50, p99, idle_cpu))
 }
 
+/// The drain's WAL by record type, per event, to stderr (beside the phases).
+fn print_wal_records(records: &[WalRecords], events: usize) {
+    let per = |bytes: i64| bytes as f64 / events.max(1) as f64;
+    eprintln!("WAL by record type during the drain, per event:");
+    eprintln!(
+        "  {:<24} {:>10} {:>12} {:>16}",
+        "record", "per event", "bytes/event", "of which images"
+    );
+    for r in records {
+        eprintln!(
+            "  {:<24} {:>10.2} {:>12.1} {:>16.1}",
+            r.kind,
+            r.count as f64 / events.max(1) as f64,
+            per(r.bytes),
+            per(r.full_page_bytes)
+        );
+    }
+}
+
 fn print_table(f: &Figures) {
     println!();
     println!(
@@ -330,4 +416,20 @@ fn print_table(f: &Figures) {
         "idle CPU % of one core (4 workers)", f.idle_cpu_pct
     );
     println!("  {:<34} {:>12.1}", "peak RSS MB", f.rss_mb);
+    if f.db_wal_bytes_per_event > 0.0 {
+        println!(
+            "  {:<34} {:>12.0}",
+            "server WAL bytes per event", f.db_wal_bytes_per_event
+        );
+    }
+    println!(
+        "  {:<34} {:>12.1}",
+        "this process's CPU µs per event", f.engine_cpu_us_per_event
+    );
+    if f.db_cpu_us_per_event > 0.0 {
+        println!(
+            "  {:<34} {:>12.1}",
+            "server CPU µs per event", f.db_cpu_us_per_event
+        );
+    }
 }
