@@ -65,7 +65,7 @@ CREATE TABLE tickmark_events (
     CONSTRAINT tickmark_events_dedup UNIQUE (source, dedup_key),
     CONSTRAINT tickmark_events_pkey PRIMARY KEY (id),
     CONSTRAINT tickmark_events_state_check CHECK ((state = ANY (ARRAY['pending'::text, 'running'::text, 'done'::text, 'dead'::text, 'parked'::text, 'ignored'::text, 'cancelled'::text, 'stale'::text, 'superseded'::text])))
-);
+) WITH (fillfactor=50);
 
 CREATE TABLE tickmark_match_keys (
     match_key text NOT NULL,

@@ -175,9 +175,9 @@ async fn postgres_snapshot(conn: &mut PgConnection) -> String {
     );
 
     let mut entries = Vec::new();
-    let tables: Vec<(String,)> = fetch(
+    let tables: Vec<(String, Option<String>)> = fetch(
         conn,
-        "SELECT c.relname::text FROM pg_class AS c
+        "SELECT c.relname::text, array_to_string(c.reloptions, ', ') FROM pg_class AS c
          JOIN pg_namespace AS n ON n.oid = c.relnamespace
          WHERE n.nspname = current_schema() AND c.relkind IN ('r', 'p')
          ORDER BY c.relname COLLATE \"C\"",
@@ -210,7 +210,7 @@ async fn postgres_snapshot(conn: &mut PgConnection) -> String {
          ORDER BY c.relname COLLATE \"C\", k.conname COLLATE \"C\"",
     )
     .await;
-    for (table,) in &tables {
+    for (table, options) in &tables {
         let mut lines = Vec::new();
         for column in columns.iter().filter(|c| &c.table_name == table) {
             let mut line = format!("    {} {}", column.name, column.type_name);
@@ -232,7 +232,15 @@ async fn postgres_snapshot(conn: &mut PgConnection) -> String {
         for (_, name, definition) in constraints.iter().filter(|c| &c.0 == table) {
             lines.push(format!("    CONSTRAINT {name} {definition}"));
         }
-        entries.push(format!("CREATE TABLE {table} (\n{}\n);", lines.join(",\n")));
+        // Storage parameters (a fillfactor) are part of a table's definition.
+        let with = options
+            .as_deref()
+            .map(|options| format!(" WITH ({options})"))
+            .unwrap_or_default();
+        entries.push(format!(
+            "CREATE TABLE {table} (\n{}\n){with};",
+            lines.join(",\n")
+        ));
     }
 
     section(&mut out, "Tables", &entries, true);
