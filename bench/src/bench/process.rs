@@ -4,19 +4,39 @@ use std::time::{Duration, Instant};
 
 /// CPU time used by this process so far (user + system).
 pub fn cpu_time() -> Duration {
-    let Ok(stat) = std::fs::read_to_string("/proc/self/stat") else {
-        return Duration::ZERO;
-    };
+    proc_stat("self").map_or(Duration::ZERO, |stat| ticks(stat.user + stat.system))
+}
+
+/// A process's fields of /proc/<pid>/stat that the benchmarks read.
+pub struct ProcStat {
+    /// The parent's process id.
+    pub parent: u32,
+    /// CPU time in user mode, in clock ticks.
+    pub user: u64,
+    /// CPU time in kernel mode, in clock ticks.
+    pub system: u64,
+    /// The CPU time (user + kernel) of its children that have exited and
+    /// been waited for, in clock ticks.
+    pub children: u64,
+}
+
+/// /proc/<pid>/stat of `pid` (a number, or `self`), if readable.
+pub fn proc_stat(pid: &str) -> Option<ProcStat> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
     // Fields after the command name (which is in parentheses and may hold spaces).
-    let Some(rest) = stat.rsplit(')').next() else {
-        return Duration::ZERO;
-    };
+    let rest = stat.rsplit(')').next()?;
     let fields: Vec<&str> = rest.split_whitespace().collect();
-    let ticks: u64 = [11, 12]
-        .iter()
-        .filter_map(|&i| fields.get(i).and_then(|f| f.parse::<u64>().ok()))
-        .sum();
-    // USER_HZ is 100 on every Linux this runs on.
+    let field = |i: usize| fields.get(i).and_then(|f| f.parse::<u64>().ok());
+    Some(ProcStat {
+        parent: u32::try_from(field(1)?).ok()?,
+        user: field(11)?,
+        system: field(12)?,
+        children: field(13)? + field(14)?,
+    })
+}
+
+/// Clock ticks as time: USER_HZ is 100 on every Linux this runs on.
+pub fn ticks(ticks: u64) -> Duration {
     Duration::from_millis(ticks * 10)
 }
 

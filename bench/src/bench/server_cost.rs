@@ -16,6 +16,8 @@ use std::time::Duration;
 
 use sqlx::{PgPool, Row};
 
+use super::process::{proc_stat, ticks};
+
 /// The server's counters at one moment.
 #[derive(Debug, Clone)]
 pub struct ServerSnapshot {
@@ -121,50 +123,28 @@ pub async fn wal_records(
     .await
 }
 
-/// One process's /proc stat fields after the command name.
-struct ProcStat {
-    parent: u32,
-    /// utime, stime, cutime, cstime, in clock ticks.
-    ticks: [u64; 4],
-}
-
-fn proc_stat(pid: u32) -> Option<ProcStat> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    // The command name is in parentheses and may hold spaces.
-    let rest = stat.rsplit(')').next()?;
-    let fields: Vec<&str> = rest.split_whitespace().collect();
-    let field = |i: usize| fields.get(i).and_then(|f| f.parse::<u64>().ok());
-    Some(ProcStat {
-        parent: u32::try_from(field(1)?).ok()?,
-        ticks: [field(11)?, field(12)?, field(13)?, field(14)?],
-    })
-}
-
 /// The CPU time of the server whose backend is `backend`, if it is a
 /// process of this machine.
 fn server_cpu(backend: i32) -> Option<Duration> {
-    let backend = u32::try_from(backend).ok()?;
-    let postmaster = proc_stat(backend)?.parent;
+    let postmaster = proc_stat(&backend.to_string())?.parent;
     let comm = std::fs::read_to_string(format!("/proc/{postmaster}/comm")).ok()?;
     if !comm.trim().starts_with("postgres") {
         return None;
     }
-    let own = proc_stat(postmaster)?;
-    let mut ticks: u64 = own.ticks.iter().sum();
+    let own = proc_stat(&postmaster.to_string())?;
+    let mut total = own.user + own.system + own.children;
     for entry in std::fs::read_dir("/proc").ok()?.flatten() {
-        let Some(pid) = entry
-            .file_name()
-            .to_str()
-            .and_then(|n| n.parse::<u32>().ok())
-        else {
+        let Some(pid) = entry.file_name().to_str().map(str::to_owned) else {
             continue;
         };
-        if let Some(child) = proc_stat(pid).filter(|s| s.parent == postmaster) {
-            ticks += child.ticks[0] + child.ticks[1];
+        if !pid.bytes().all(|b| b.is_ascii_digit()) {
+            continue;
+        }
+        if let Some(child) = proc_stat(&pid).filter(|s| s.parent == postmaster) {
+            total += child.user + child.system;
         }
     }
-    // USER_HZ is 100 on every Linux this runs on.
-    Some(Duration::from_millis(ticks * 10))
+    Some(ticks(total))
 }
 
 #[cfg(test)]
