@@ -10,7 +10,9 @@
 // the jobs table being empty (a job is done once its completion has
 // committed, which with batched completion comes after the task returns);
 // then `runner.stop()` and the schema dropped. Logs go to stderr; stdout gets
-// one JSON line.
+// one JSON line, with what the server spent per job from `run()` to the
+// empty table (WAL bytes, the server's CPU) and this process's CPU per job,
+// as tickmark's bench reports them per event.
 //
 // `defaults`: no batching (graphile-worker's defaults). `batched`: the
 // batching options of graphile-worker's performance docs, in its preset, as
@@ -24,7 +26,7 @@
 // graphile-worker's own perfTest: no log line per job).
 
 import { EventEmitter } from "node:events";
-import { readFileSync } from "node:fs";
+import { readFileSync, readdirSync } from "node:fs";
 import { fileURLToPath } from "node:url";
 
 // A first SIGINT or SIGTERM ends the run at its next step, which then stops
@@ -105,6 +107,48 @@ function parseArgs(argv) {
 
 const sleep = (ms) => new Promise((resolve) => setTimeout(resolve, ms));
 
+// What the server spent over the drain, as tickmark's bench measures it
+// (bench/src/bench/server_cost.rs): WAL as the distance between the flushed
+// WAL positions, and the CPU of the server's processes from /proc (the
+// postmaster, its exited children, its live ones), null when the server is
+// not a process of this machine.
+const procStat = (pid) => {
+  try {
+    const fields = readFileSync(`/proc/${pid}/stat`, "utf8").split(")").pop().trim().split(/\s+/);
+    const n = (i) => Number(fields[i]);
+    return { parent: n(1), user: n(11), system: n(12), children: n(13) + n(14) };
+  } catch {
+    return null;
+  }
+};
+const serverCpuTicks = (backend) => {
+  const postmaster = procStat(backend)?.parent;
+  let comm = "";
+  try {
+    comm = readFileSync(`/proc/${postmaster}/comm`, "utf8");
+  } catch {}
+  if (!comm.startsWith("postgres")) return null;
+  const own = procStat(postmaster);
+  let ticks = own.user + own.system + own.children;
+  for (const pid of readdirSync("/proc").filter((name) => /^\d+$/.test(name))) {
+    const child = procStat(pid);
+    if (child?.parent === postmaster) ticks += child.user + child.system;
+  }
+  return ticks;
+};
+const lsnBytes = (lsn) => {
+  const [high, low] = lsn.split("/");
+  return Number((BigInt(`0x${high}`) << 32n) | BigInt(`0x${low}`));
+};
+async function serverSnapshot(utils) {
+  const row = (
+    await utils.withPgClient((client) =>
+      client.query("select pg_current_wal_flush_lsn()::text as flushed, pg_backend_pid() as backend"),
+    )
+  ).rows[0];
+  return { wal: lsnBytes(row.flushed), cpuTicks: serverCpuTicks(row.backend), process: process.cpuUsage() };
+}
+
 // Warnings and errors to stderr; info and debug dropped.
 const logger = new Logger((scope) => (level, message) => {
   if (level === "error" || level === "warning") {
@@ -169,6 +213,7 @@ async function main() {
     let localQueue = false;
     events.on("localQueue:init", () => (localQueue = true));
 
+    const before = await serverSnapshot(utils);
     const runStarted = performance.now();
     runner = await run({
       ...shared,
@@ -211,7 +256,9 @@ async function main() {
       clearInterval(progress);
     }
     const finished = performance.now();
+    const after = await serverSnapshot(utils);
     const seconds = (finished - firstStart) / 1000;
+    const processCpu = process.cpuUsage(before.process);
     if (args.options === "batched" && !localQueue) throw new Error("localQueue was not enabled");
 
     console.log(
@@ -230,6 +277,14 @@ async function main() {
         local_queue_size: args.options === "batched" ? args.localQueueSize : null,
         complete_job_batch_delay_ms: args.options === "batched" ? args.batchDelay : null,
         fail_job_batch_delay_ms: args.options === "batched" ? args.batchDelay : null,
+        // From run() to an empty jobs table, its start-up and the harness's
+        // polling of the table's count included.
+        db_wal_bytes_per_job: (after.wal - before.wal) / args.jobs,
+        db_cpu_us_per_job:
+          before.cpuTicks === null || after.cpuTicks === null
+            ? null
+            : ((after.cpuTicks - before.cpuTicks) * 10_000) / args.jobs,
+        process_cpu_us_per_job: (processCpu.user + processCpu.system) / args.jobs,
         node: process.version,
       }),
     );
