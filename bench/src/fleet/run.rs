@@ -158,6 +158,9 @@ pub async fn run(config: &RunConfig) -> Result<RunFigures, BoxError> {
 /// A server-wide counter snapshot: WAL and commits.
 #[derive(Debug, Clone, Copy, sqlx::FromRow)]
 struct ServerCounters {
+    /// The WAL flushed so far, as a byte position (`pg_stat_wal.wal_bytes`
+    /// lags: a backend reports it when it gets round to it, so a short span
+    /// could read nothing; bench/src/bench/server_cost.rs).
     wal_bytes: f64,
     wal_sync: i64,
     xact_commit: i64,
@@ -165,7 +168,8 @@ struct ServerCounters {
 
 async fn server_counters(pool: &PgPool) -> Result<ServerCounters, sqlx::Error> {
     sqlx::query_as(
-        "SELECT w.wal_bytes::float8 AS wal_bytes, w.wal_sync, d.xact_commit
+        "SELECT pg_wal_lsn_diff(pg_current_wal_flush_lsn(), '0/0')::float8 AS wal_bytes,
+                w.wal_sync, d.xact_commit
          FROM pg_stat_wal w, pg_stat_database d WHERE d.datname = current_database()",
     )
     .fetch_one(pool)
