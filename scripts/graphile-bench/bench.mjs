@@ -136,17 +136,15 @@ const serverCpuTicks = (backend) => {
   }
   return ticks;
 };
-const lsnBytes = (lsn) => {
-  const [high, low] = lsn.split("/");
-  return Number((BigInt(`0x${high}`) << 32n) | BigInt(`0x${low}`));
-};
 async function serverSnapshot(utils) {
   const row = (
     await utils.withPgClient((client) =>
-      client.query("select pg_current_wal_flush_lsn()::text as flushed, pg_backend_pid() as backend"),
+      client.query(
+        "select pg_wal_lsn_diff(pg_current_wal_flush_lsn(), '0/0')::float8 as flushed, pg_backend_pid() as backend",
+      ),
     )
   ).rows[0];
-  return { wal: lsnBytes(row.flushed), cpuTicks: serverCpuTicks(row.backend), process: process.cpuUsage() };
+  return { wal: Number(row.flushed), cpuTicks: serverCpuTicks(row.backend), process: process.cpuUsage() };
 }
 
 // Warnings and errors to stderr; info and debug dropped.

@@ -23,6 +23,8 @@ use super::process::{proc_stat, ticks};
 pub struct ServerSnapshot {
     /// The WAL flushed so far (an LSN, as text), where `wal_records` reads from.
     flushed: String,
+    /// The same position in bytes, as the server counts them.
+    flushed_bytes: f64,
     cpu: Option<Duration>,
 }
 
@@ -53,14 +55,17 @@ impl ServerSnapshot {
     /// Read the counters now, through `pool`.
     pub async fn take(pool: &PgPool) -> Result<Self, sqlx::Error> {
         let row = sqlx::query(
-            "SELECT pg_current_wal_flush_lsn()::text AS flushed,
-                    pg_backend_pid() AS backend",
+            "SELECT flushed::text AS flushed,
+                    pg_wal_lsn_diff(flushed, '0/0')::float8 AS flushed_bytes,
+                    pg_backend_pid() AS backend
+             FROM pg_current_wal_flush_lsn() AS flushed",
         )
         .fetch_one(pool)
         .await?;
         let backend: i32 = row.try_get("backend")?;
         Ok(Self {
             flushed: row.try_get("flushed")?,
+            flushed_bytes: row.try_get("flushed_bytes")?,
             cpu: server_cpu(backend),
         })
     }
@@ -68,22 +73,13 @@ impl ServerSnapshot {
     /// What was spent since `earlier`.
     pub fn since(&self, earlier: &Self) -> ServerCost {
         ServerCost {
-            wal_bytes: match (lsn_bytes(&self.flushed), lsn_bytes(&earlier.flushed)) {
-                (Some(now), Some(then)) => now.saturating_sub(then) as f64,
-                _ => 0.0,
-            },
+            wal_bytes: (self.flushed_bytes - earlier.flushed_bytes).max(0.0),
             cpu: match (self.cpu, earlier.cpu) {
                 (Some(now), Some(then)) => Some(now.saturating_sub(then)),
                 _ => None,
             },
         }
     }
-}
-
-/// The byte position an LSN (`16/B374D848`) names.
-fn lsn_bytes(lsn: &str) -> Option<u64> {
-    let (high, low) = lsn.split_once('/')?;
-    Some((u64::from_str_radix(high, 16).ok()? << 32) | u64::from_str_radix(low, 16).ok()?)
 }
 
 /// WAL records of one kind written between two snapshots.
@@ -145,16 +141,4 @@ fn server_cpu(backend: i32) -> Option<Duration> {
         }
     }
     Some(ticks(total))
-}
-
-#[cfg(test)]
-mod tests {
-    use super::lsn_bytes;
-
-    #[test]
-    fn an_lsn_is_its_high_word_then_its_low_word() {
-        assert_eq!(lsn_bytes("0/10"), Some(16));
-        assert_eq!(lsn_bytes("16/B374D848"), Some((0x16 << 32) | 0xB374_D848));
-        assert_eq!(lsn_bytes("nonsense"), None);
-    }
 }
