@@ -11,6 +11,9 @@
 //! children (backends, WAL writer, checkpointer, autovacuum). Another
 //! client's work on the same server in the span is counted too: measure on
 //! a quiet server.
+//!
+//! scripts/graphile-bench/bench.mjs measures graphile-worker's drain the
+//! same way (its own copy, in JavaScript), so the two compare.
 
 use std::time::Duration;
 
