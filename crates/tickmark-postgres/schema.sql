@@ -62,6 +62,7 @@ CREATE TABLE tickmark_events (
     claimed_alone boolean NOT NULL DEFAULT false,
     interrupted integer NOT NULL DEFAULT 0,
     suspect boolean NOT NULL DEFAULT false,
+    queued_due_at timestamp with time zone,
     CONSTRAINT tickmark_events_dedup UNIQUE (source, dedup_key),
     CONSTRAINT tickmark_events_pkey PRIMARY KEY (id),
     CONSTRAINT tickmark_events_state_check CHECK ((state = ANY (ARRAY['pending'::text, 'running'::text, 'done'::text, 'dead'::text, 'parked'::text, 'ignored'::text, 'cancelled'::text, 'stale'::text, 'superseded'::text])))
@@ -83,6 +84,15 @@ CREATE TABLE tickmark_migrations (
     execution_time bigint NOT NULL,
     CONSTRAINT tickmark_migrations_pkey PRIMARY KEY (version)
 );
+
+CREATE TABLE tickmark_queue (
+    event_seq bigint NOT NULL,
+    due_at timestamp with time zone NOT NULL,
+    resource_key text,
+    limit_key text,
+    debounce_key text,
+    CONSTRAINT tickmark_queue_pkey PRIMARY KEY (event_seq)
+) WITH (fillfactor=50);
 
 CREATE TABLE tickmark_rate_buckets (
     bucket text NOT NULL,
@@ -139,17 +149,18 @@ CREATE TABLE tickmark_tombstones (
 
 CREATE INDEX tickmark_audit_event ON tickmark_audit USING btree (event_seq, id);
 CREATE UNIQUE INDEX tickmark_audit_pkey ON tickmark_audit USING btree (id);
-CREATE INDEX tickmark_events_debounce ON tickmark_events USING btree (debounce_key) WHERE ((state = 'pending'::text) AND (debounce_key IS NOT NULL));
 CREATE UNIQUE INDEX tickmark_events_dedup ON tickmark_events USING btree (source, dedup_key);
-CREATE INDEX tickmark_events_due ON tickmark_events USING btree (due_at, id) WHERE (state = ANY (ARRAY['pending'::text, 'running'::text]));
-CREATE INDEX tickmark_events_limit ON tickmark_events USING btree (limit_key, due_at) WHERE ((state = 'running'::text) AND (limit_key IS NOT NULL));
 CREATE UNIQUE INDEX tickmark_events_pkey ON tickmark_events USING btree (id);
 CREATE UNIQUE INDEX tickmark_events_replay ON tickmark_events USING btree (source, replay_key) WHERE (replay_key IS NOT NULL);
-CREATE INDEX tickmark_events_serial ON tickmark_events USING btree (resource_key, id) WHERE ((state = ANY (ARRAY['pending'::text, 'running'::text])) AND (resource_key IS NOT NULL));
-CREATE INDEX tickmark_events_waiting ON tickmark_events USING btree (wait_key) WHERE ((state = 'pending'::text) AND (wait_key IS NOT NULL));
+CREATE INDEX tickmark_events_waiting ON tickmark_events USING btree (wait_key) WHERE (wait_key IS NOT NULL);
 CREATE INDEX tickmark_match_keys_event ON tickmark_match_keys USING btree (event_seq);
 CREATE UNIQUE INDEX tickmark_match_keys_pkey ON tickmark_match_keys USING btree (match_key, event_seq);
 CREATE UNIQUE INDEX tickmark_migrations_pkey ON tickmark_migrations USING btree (version);
+CREATE INDEX tickmark_queue_debounce ON tickmark_queue USING btree (debounce_key) WHERE (debounce_key IS NOT NULL);
+CREATE INDEX tickmark_queue_due ON tickmark_queue USING btree (due_at, event_seq);
+CREATE INDEX tickmark_queue_limit ON tickmark_queue USING btree (limit_key, due_at) WHERE (limit_key IS NOT NULL);
+CREATE UNIQUE INDEX tickmark_queue_pkey ON tickmark_queue USING btree (event_seq);
+CREATE INDEX tickmark_queue_serial ON tickmark_queue USING btree (resource_key, event_seq) WHERE (resource_key IS NOT NULL);
 CREATE UNIQUE INDEX tickmark_rate_buckets_pkey ON tickmark_rate_buckets USING btree (bucket);
 CREATE UNIQUE INDEX tickmark_reconcile_cursors_pkey ON tickmark_reconcile_cursors USING btree (source);
 CREATE UNIQUE INDEX tickmark_resources_pkey ON tickmark_resources USING btree (resource_key);
@@ -265,8 +276,8 @@ DECLARE
     keys       TEXT[];
     ns         INT[];
     limited    TEXT;
-    held       INT;
-    room       INT;
+    held       BIGINT;
+    room       BIGINT;
     i          INT;
 BEGIN
     SELECT coalesce(array_agg(d.id ORDER BY d.ord), '{}'),
@@ -279,14 +290,11 @@ BEGIN
         FROM tickmark_claimable(batch, alone, pending, skip_sources, skip_kinds) AS c
     ) AS d;
 
-    -- Most claims have no limited event: a plain expression, no statement,
-    -- says so.
     IF cardinality(array_remove(keys, NULL)) > 0 THEN
         -- Keys in sorted order: two claims never wait for each other in a circle.
         FOR limited IN SELECT DISTINCT k FROM unnest(array_remove(keys, NULL)) AS k ORDER BY k LOOP
             PERFORM pg_advisory_xact_lock(hashtextextended('tickmark.limit:' || limited, 0));
-            SELECT count(*) INTO held FROM tickmark_events AS r
-            WHERE r.limit_key = limited AND r.state = 'running' AND r.due_at > now();
+            held := tickmark_limit_held(limited);
             FOR i IN 1 .. coalesce(array_length(ids, 1), 0) LOOP
                 IF keys[i] = limited THEN
                     room := ns[i] - held;
@@ -305,12 +313,15 @@ BEGIN
         SELECT u.id, u.was_state
         FROM unnest(ids, was_states) AS u (id, was_state)
         WHERE u.id IS NOT NULL
-    )
+    ),
+    claimed AS (
     UPDATE tickmark_events AS e
     SET state = 'running',
         lease_owner = worker,
         lease_token = e.lease_token + 1,
         due_at = now() + make_interval(secs => lease_secs),
+        -- The queue row follows, below: in step, no trigger.
+        queued_due_at = now() + make_interval(secs => lease_secs),
         -- Every claim counts a run; a run lost beside others is refunded:
         -- its crash is not known to be its own.
         attempt = e.attempt + 1,
@@ -336,7 +347,15 @@ BEGIN
     WHERE e.id = due.id
     RETURNING e.id, e.source, e.dedup_key, e.kind, e.payload::text, e.received_at,
               e.plan::text, e.next_step, e.attempt, e.lease_token,
-              (due.was_state = 'running'), e.resource_key, e.resource_seq, e.interrupted;
+              (due.was_state = 'running'), e.resource_key, e.resource_seq, e.interrupted
+    ),
+    requeued AS (
+        UPDATE tickmark_queue AS q
+        SET due_at = now() + make_interval(secs => lease_secs)
+        FROM claimed AS c
+        WHERE q.event_seq = c.id
+    )
+    SELECT * FROM claimed;
 END
 $function$;
 
@@ -346,6 +365,9 @@ CREATE OR REPLACE FUNCTION tickmark_claimable(batch integer, alone boolean, pend
  SET enable_sort TO 'off'
  SET enable_bitmapscan TO 'off'
  SET enable_seqscan TO 'off'
+ SET enable_hashjoin TO 'off'
+ SET enable_mergejoin TO 'off'
+ SET enable_material TO 'off'
  SET jit TO 'off'
  SET plan_cache_mode TO 'force_generic_plan'
  SET search_path TO 'pg_catalog', '<schema>', 'pg_temp'
@@ -354,8 +376,12 @@ AS $function$
 BEGIN
     RETURN QUERY
     SELECT e.id, e.state, e.limit_key, e.limit_n, e.due_at
-    FROM tickmark_events AS e
-    WHERE e.state IN ('pending', 'running') AND e.due_at <= now()
+    FROM tickmark_queue AS q
+    JOIN tickmark_events AS e ON e.id = q.event_seq
+    WHERE q.due_at <= now()
+      -- The event row decides (the queue row read may be a moment old):
+      -- checked again on the locked row.
+      AND e.state IN ('pending', 'running') AND e.due_at <= now()
       AND CASE WHEN e.suspect OR (e.state = 'running' AND (e.claimed_alone OR e.interrupted > 0))
                     THEN alone
                WHEN e.state = 'pending' THEN pending
@@ -364,18 +390,14 @@ BEGIN
       AND NOT ((e.source || chr(31) || e.kind) = ANY(skip_kinds))
       -- An ordered event waits while an earlier one of its resource is unfinished.
       AND NOT EXISTS (
-          SELECT 1 FROM tickmark_events AS earlier
-          WHERE earlier.resource_key = e.resource_key AND earlier.id < e.id
-            AND earlier.state IN ('pending', 'running'))
+          SELECT 1 FROM tickmark_queue AS earlier
+          WHERE earlier.resource_key = q.resource_key AND earlier.event_seq < q.event_seq)
       -- A limited event waits while its key is full (the claim checks again
       -- under the key's lock: this only saves the lock).
-      AND (e.limit_key IS NULL OR (
-          SELECT count(*) FROM tickmark_events AS r
-          WHERE r.limit_key = e.limit_key AND r.state = 'running'
-            AND r.due_at > now()) < e.limit_n)
-    ORDER BY e.due_at, e.id
+      AND (q.limit_key IS NULL OR tickmark_limit_held(q.limit_key) < e.limit_n)
+    ORDER BY q.due_at, q.event_seq
     LIMIT CASE WHEN alone THEN least(batch, 1) ELSE batch END
-    FOR UPDATE SKIP LOCKED;
+    FOR UPDATE OF e SKIP LOCKED;
 END
 $function$;
 
@@ -386,9 +408,62 @@ CREATE OR REPLACE FUNCTION tickmark_key_hash(kind text, key text)
  SET search_path TO 'pg_catalog', '<schema>', 'pg_temp'
 AS $function$ SELECT substring(sha256(convert_to(kind || ':' || key, 'UTF8')) FROM 1 FOR 16) $function$;
 
+CREATE OR REPLACE FUNCTION tickmark_limit_held(key text)
+ RETURNS bigint
+ LANGUAGE sql
+ STABLE
+ SET search_path TO 'pg_catalog', '<schema>', 'pg_temp'
+AS $function$
+    SELECT count(*) FROM tickmark_queue AS q
+    JOIN tickmark_events AS e ON e.id = q.event_seq
+    WHERE q.limit_key = key AND q.due_at > now() AND e.state = 'running' AND e.due_at > now()
+$function$;
+
+CREATE OR REPLACE FUNCTION tickmark_queue_mend()
+ RETURNS trigger
+ LANGUAGE plpgsql
+ SET search_path TO 'pg_catalog', '<schema>', 'pg_temp'
+AS $function$
+DECLARE
+    queued TIMESTAMPTZ;
+BEGIN
+    IF TG_OP = 'DELETE' THEN
+        DELETE FROM tickmark_queue WHERE event_seq = OLD.id;
+        RETURN NULL;
+    END IF;
+    IF NEW.state IN ('pending', 'running') THEN
+        INSERT INTO tickmark_queue (event_seq, due_at, resource_key, limit_key, debounce_key)
+        VALUES (NEW.id, NEW.due_at, NEW.resource_key, NEW.limit_key, NEW.debounce_key)
+        ON CONFLICT (event_seq) DO UPDATE
+        SET due_at = EXCLUDED.due_at, resource_key = EXCLUDED.resource_key,
+            limit_key = EXCLUDED.limit_key, debounce_key = EXCLUDED.debounce_key;
+        queued := NEW.due_at;
+    ELSE
+        DELETE FROM tickmark_queue WHERE event_seq = NEW.id;
+    END IF;
+    -- The row says so, with an update that is in step (no trigger again).
+    UPDATE tickmark_events SET queued_due_at = queued WHERE id = NEW.id;
+    RETURN NULL;
+END
+$function$;
+
+CREATE OR REPLACE FUNCTION tickmark_queue_truncated()
+ RETURNS trigger
+ LANGUAGE plpgsql
+ SET search_path TO 'pg_catalog', '<schema>', 'pg_temp'
+AS $function$
+BEGIN
+    TRUNCATE tickmark_queue;
+    RETURN NULL;
+END
+$function$;
+
 -- Triggers
 
--- (none)
+CREATE TRIGGER tickmark_queue_delete AFTER DELETE ON tickmark_events FOR EACH ROW WHEN (old.queued_due_at IS NOT NULL) EXECUTE FUNCTION tickmark_queue_mend();
+CREATE TRIGGER tickmark_queue_insert AFTER INSERT ON tickmark_events FOR EACH ROW WHEN ((new.state = ANY (ARRAY['pending'::text, 'running'::text])) IS DISTINCT FROM (new.queued_due_at IS NOT NULL) OR (new.state = ANY (ARRAY['pending'::text, 'running'::text])) AND new.due_at IS DISTINCT FROM new.queued_due_at) EXECUTE FUNCTION tickmark_queue_mend();
+CREATE TRIGGER tickmark_queue_truncate AFTER TRUNCATE ON tickmark_events FOR EACH STATEMENT EXECUTE FUNCTION tickmark_queue_truncated();
+CREATE TRIGGER tickmark_queue_update AFTER UPDATE ON tickmark_events FOR EACH ROW WHEN ((new.state = ANY (ARRAY['pending'::text, 'running'::text])) IS DISTINCT FROM (new.queued_due_at IS NOT NULL) OR (new.state = ANY (ARRAY['pending'::text, 'running'::text])) AND new.due_at IS DISTINCT FROM new.queued_due_at OR new.resource_key IS DISTINCT FROM old.resource_key OR new.limit_key IS DISTINCT FROM old.limit_key OR new.debounce_key IS DISTINCT FROM old.debounce_key) EXECUTE FUNCTION tickmark_queue_mend();
 
 -- Types
 

@@ -230,6 +230,9 @@ pub const EVENT_KEY: &str =
 
 /// The events holding a key's slots: running under a live lease.
 pub const KEY_HOLDERS: &str = "
-    SELECT id, dedup_key FROM tickmark_events
-    WHERE limit_key = $1 AND state = 'running' AND due_at > now()
-    ORDER BY id LIMIT 10";
+    SELECT e.id, e.dedup_key
+    FROM tickmark_queue AS q
+    JOIN tickmark_events AS e ON e.id = q.event_seq
+    WHERE q.limit_key = $1 AND q.due_at > now()
+      AND e.state = 'running' AND e.due_at > now()
+    ORDER BY e.id LIMIT 10";

@@ -2,7 +2,8 @@
 //! leased event filters on the expected state and the fencing token.
 
 /// Insert many events at once (group commit): one statement, one commit, one
-/// NOTIFY. Rows come sorted by key, so concurrent batches take the unique
+/// NOTIFY. Each unfinished event gets its claim queue row in the same
+/// statement, and says so in `queued_due_at` (migration 0017). Rows come sorted by key, so concurrent batches take the unique
 /// index's locks in one order. `ON CONFLICT DO NOTHING` names no target, so
 /// it covers both unique keys, (source, dedup key) and (source, replay key):
 /// the dedup decision on both is this one statement. Answers the keys that
@@ -19,13 +20,19 @@ pub const EVENT_INSERT_MANY: &str = "
     inserted AS (
         INSERT INTO tickmark_events
             (source, dedup_key, kind, payload, plan, state, step_count, due_at, resource_key,
-             resource_seq, replay_key, limit_key, limit_n)
+             resource_seq, replay_key, limit_key, limit_n, queued_due_at)
         SELECT source, dedup_key, kind, payload::json, plan::json, state, step_count,
                coalesce(not_before, now()), resource_key, resource_seq, replay_key,
-               limit_key, limit_n
+               limit_key, limit_n,
+               CASE WHEN state IN ('pending', 'running') THEN coalesce(not_before, now()) END
         FROM rows ORDER BY ord
         ON CONFLICT DO NOTHING
-        RETURNING id, source, dedup_key, state
+        RETURNING id, source, dedup_key, state, queued_due_at, resource_key, limit_key
+    ),
+    queued AS (
+        INSERT INTO tickmark_queue (event_seq, due_at, resource_key, limit_key)
+        SELECT id, queued_due_at, resource_key, limit_key FROM inserted
+        WHERE queued_due_at IS NOT NULL
     )
     SELECT inserted.id, inserted.source, inserted.dedup_key
     FROM inserted
@@ -61,13 +68,17 @@ pub const DEBOUNCE_INSERT: &str = "
     RETURNING id, now()";
 
 /// The key's other events that have not started (a failed attempt, a lease
-/// or a finished step would make them ineligible), locked.
+/// or a finished step would make them ineligible), locked: found through
+/// the claim queue, which holds only unfinished events (migration 0017),
+/// and checked on the event row.
 pub const DEBOUNCE_WAITING: &str = "
-    SELECT id, resource_seq, burst_started_at FROM tickmark_events
-    WHERE debounce_key = $1 AND state = 'pending' AND next_step = 0 AND attempt = 0
-      AND wait_until IS NULL AND id <> $2
-    ORDER BY id
-    FOR UPDATE";
+    SELECT e.id, e.resource_seq, e.burst_started_at
+    FROM tickmark_queue AS q
+    JOIN tickmark_events AS e ON e.id = q.event_seq
+    WHERE q.debounce_key = $1 AND e.debounce_key = $1 AND e.state = 'pending'
+      AND e.next_step = 0 AND e.attempt = 0 AND e.wait_until IS NULL AND e.id <> $2
+    ORDER BY e.id
+    FOR UPDATE OF e";
 
 /// Coalesce: the burst's other events end `superseded`, pointing at the survivor.
 pub const DEBOUNCE_SUPERSEDE: &str = "
@@ -86,9 +97,10 @@ pub const DEBOUNCE_SCHEDULE: &str = "
     SELECT scheduled.id FROM scheduled CROSS JOIN LATERAL pg_notify($4, '') AS notified";
 
 /// Lease due events in one statement: `tickmark_claim` (migrations 0003,
-/// 0012, 0013, 0014), its rows chosen by `tickmark_claimable`. It walks
-/// `tickmark_events_due` in its exact order (no sort of the backlog,
-/// whatever the table's statistics say) and locks with SKIP LOCKED, so
+/// 0012, 0013, 0014, 0017), its rows chosen by `tickmark_claimable`. It
+/// walks the claim queue's `tickmark_queue_due` in its exact order (no sort
+/// of the backlog, whatever the table's statistics say) and locks the
+/// event rows with SKIP LOCKED, so
 /// concurrent claimers take different rows instead of queueing. Running
 /// rows whose lease expired are due too: that is how a dead worker's event
 /// is taken over, with a new fencing token that fences the old worker out.
@@ -112,25 +124,40 @@ pub const EVENT_CLAIM_MANY: &str = "
 
 /// Extend every lease still held under its token; an expired lease is not
 /// revived. The caller sorts by event, the lock order of the mark batches.
+/// The claim queue rows follow (migration 0017).
 pub const EVENT_HEARTBEAT_MANY: &str = "
-    UPDATE tickmark_events AS e
-    SET due_at = now() + make_interval(secs => $3)
-    FROM unnest($1::bigint[], $2::bigint[]) AS held (id, token)
-    WHERE e.id = held.id AND e.lease_token = held.token
-      AND e.state = 'running' AND e.due_at > now()
-    RETURNING e.id";
+    WITH extended AS (
+        UPDATE tickmark_events AS e
+        SET due_at = now() + make_interval(secs => $3),
+            queued_due_at = now() + make_interval(secs => $3)
+        FROM unnest($1::bigint[], $2::bigint[]) AS held (id, token)
+        WHERE e.id = held.id AND e.lease_token = held.token
+          AND e.state = 'running' AND e.due_at > now()
+        RETURNING e.id
+    ),
+    requeued AS (
+        UPDATE tickmark_queue AS q SET due_at = now() + make_interval(secs => $3)
+        FROM extended AS x WHERE q.event_seq = x.id
+    )
+    SELECT id FROM extended";
 
 /// Hand a leased event back, due in `$5` seconds (refunding the attempt when
-/// `$4`; `$6` marks a snooze, `$7` says why), and wake the other workers.
+/// `$4`; `$6` marks a snooze, `$7` says why), its claim queue row with it,
+/// and wake the other workers.
 pub const EVENT_RELEASE: &str = "
     WITH released AS (
         UPDATE tickmark_events
         SET state = 'pending', due_at = now() + make_interval(secs => $5),
+            queued_due_at = now() + make_interval(secs => $5),
             attempt = CASE WHEN $4 THEN greatest(attempt - 1, 0) ELSE attempt END,
             snoozed = $6, last_error = coalesce($7, last_error), throttled_by = $8,
             progress = NULL, progress_message = NULL
         WHERE id = $1 AND lease_token = $2 AND state = 'running'
         RETURNING id
+    ),
+    requeued AS (
+        UPDATE tickmark_queue AS q SET due_at = now() + make_interval(secs => $5)
+        FROM released AS r WHERE q.event_seq = r.id
     )
     SELECT released.id FROM released CROSS JOIN LATERAL pg_notify($3, '') AS notified";
 
@@ -207,20 +234,21 @@ pub const EVENT_SUSPECT_WAITS: &str = "
     SELECT extract(epoch FROM (now() - c.due_at))::float8
     FROM tickmark_claimable(1, true, false, '{}', '{}') AS c";
 
-/// Seconds until the earliest active row falls due: the first entry of the index.
+/// Seconds until the earliest unfinished event falls due: the first entry
+/// of the claim queue's index.
 pub const EVENT_NEXT_DUE: &str = "
     SELECT greatest(extract(epoch FROM (due_at - now())), 0)::float8
-    FROM tickmark_events
-    WHERE state IN ('pending', 'running')
-    ORDER BY due_at, id
+    FROM tickmark_queue
+    ORDER BY due_at, event_seq
     LIMIT 1";
 
 /// Running events, and pending ones except those waiting at a wait step whose
 /// deadline has not come and that no match has woken.
 pub const EVENT_COUNT_ACTIVE: &str = "
-    SELECT count(*) FROM tickmark_events
-    WHERE state = 'running'
-       OR (state = 'pending' AND (wait_until IS NULL OR due_at <= now()))";
+    SELECT count(*) FROM tickmark_queue AS q
+    JOIN tickmark_events AS e ON e.id = q.event_seq
+    WHERE e.state = 'running'
+       OR (e.state = 'pending' AND (e.wait_until IS NULL OR e.due_at <= now()))";
 
 /// Events per state, and superseded events per (source, kind), in one scan.
 pub const EVENT_COUNT_BY_STATE: &str = "
@@ -231,17 +259,23 @@ pub const EVENT_COUNT_BY_STATE: &str = "
     FROM tickmark_events GROUP BY 1, 2, 3 ORDER BY 1, 2, 3";
 
 /// Running events whose lease expired (their worker died or stalled).
-pub const EVENT_COUNT_STUCK: &str =
-    "SELECT count(*) FROM tickmark_events WHERE state = 'running' AND due_at <= now()";
+pub const EVENT_COUNT_STUCK: &str = "
+    SELECT count(*) FROM tickmark_queue AS q
+    JOIN tickmark_events AS e ON e.id = q.event_seq
+    WHERE q.due_at <= now() AND e.state = 'running' AND e.due_at <= now()";
 
 /// Events waiting at a wait step (for another event, or a time).
-pub const EVENT_COUNT_WAITING: &str =
-    "SELECT count(*) FROM tickmark_events WHERE state = 'pending' AND wait_until IS NOT NULL";
+pub const EVENT_COUNT_WAITING: &str = "
+    SELECT count(*) FROM tickmark_queue AS q
+    JOIN tickmark_events AS e ON e.id = q.event_seq
+    WHERE e.state = 'pending' AND e.wait_until IS NOT NULL";
 
 /// Seconds the oldest due pending event has waited.
 pub const EVENT_OLDEST_PENDING_AGE: &str = "
-    SELECT extract(epoch FROM (now() - min(due_at)))::float8 FROM tickmark_events
-    WHERE state = 'pending' AND due_at <= now()";
+    SELECT extract(epoch FROM (now() - min(e.due_at)))::float8
+    FROM tickmark_queue AS q
+    JOIN tickmark_events AS e ON e.id = q.event_seq
+    WHERE q.due_at <= now() AND e.state = 'pending' AND e.due_at <= now()";
 
 /// One event by row number.
 pub const EVENT_GET: &str = "
@@ -269,7 +303,7 @@ pub const STEP_OUTPUTS: &str = "
 
 /// Mark step `$3` done (or, when `$9`, skipped: a branch not taken) under
 /// lease (`$1`, `$2`) and advance the event; the last step's mark also
-/// finishes the event. The event update filters on state,
+/// finishes the event, and takes it out of the claim queue. The event update filters on state,
 /// token, position and an unexpired lease: if it changes nothing, nothing is
 /// inserted either.
 pub const STEP_MARK_DONE: &str = "
@@ -281,13 +315,18 @@ pub const STEP_MARK_DONE: &str = "
             interrupted = CASE WHEN next_step + 1 >= step_count THEN interrupted ELSE 0 END,
             suspect = false,
             finished_at = CASE WHEN next_step + 1 >= step_count THEN now() END,
+            queued_due_at = CASE WHEN next_step + 1 >= step_count THEN NULL ELSE queued_due_at END,
             step_started_at = now(),
             last_error = NULL,
             progress = NULL,
             progress_message = NULL
         WHERE id = $1 AND lease_token = $2 AND state = 'running' AND next_step = $3
           AND due_at > now()
-        RETURNING id
+        RETURNING id, state
+    ),
+    dequeued AS (
+        DELETE FROM tickmark_queue AS q USING advanced AS a
+        WHERE q.event_seq = a.id AND a.state = 'done'
     )
     INSERT INTO tickmark_steps
         (event_seq, position, name, state, attempts, lease_token, started_at, finished_at, output)
@@ -315,6 +354,8 @@ pub const STEP_MARK_DONE_MANY: &str = "
             interrupted = CASE WHEN e.next_step + 1 >= e.step_count THEN e.interrupted ELSE 0 END,
             suspect = false,
             finished_at = CASE WHEN e.next_step + 1 >= e.step_count THEN now() END,
+            queued_due_at = CASE WHEN e.next_step + 1 >= e.step_count THEN NULL
+                                 ELSE e.queued_due_at END,
             step_started_at = now(),
             last_error = NULL,
             progress = NULL,
@@ -322,7 +363,11 @@ pub const STEP_MARK_DONE_MANY: &str = "
         FROM marks AS m
         WHERE e.id = m.event_seq AND e.lease_token = m.token AND e.state = 'running'
           AND e.next_step = m.position AND e.due_at > now()
-        RETURNING e.id
+        RETURNING e.id, e.state
+    ),
+    dequeued AS (
+        DELETE FROM tickmark_queue AS q USING advanced AS a
+        WHERE q.event_seq = a.id AND a.state = 'done'
     )
     INSERT INTO tickmark_steps
         (event_seq, position, name, state, attempts, lease_token, started_at, finished_at, output)
@@ -336,7 +381,8 @@ pub const STEP_MARK_DONE_MANY: &str = "
     RETURNING event_seq";
 
 /// Record a failed attempt under lease (`$1`, `$2`): schedule the retry in
-/// `$10` seconds, or dead-letter the event when `$9`.
+/// `$10` seconds, or dead-letter the event when `$9` (its claim queue row
+/// moved or deleted with it).
 pub const STEP_MARK_FAILED: &str = "
     WITH failed AS (
         UPDATE tickmark_events
@@ -347,10 +393,18 @@ pub const STEP_MARK_FAILED: &str = "
             last_error = $8,
             progress = NULL,
             progress_message = NULL,
-            finished_at = CASE WHEN $9 THEN now() END
+            finished_at = CASE WHEN $9 THEN now() END,
+            queued_due_at = CASE WHEN $9 THEN NULL ELSE now() + make_interval(secs => $10) END
         WHERE id = $1 AND lease_token = $2 AND state = 'running' AND next_step = $3
           AND due_at > now()
         RETURNING id
+    ),
+    requeued AS (
+        UPDATE tickmark_queue AS q SET due_at = now() + make_interval(secs => $10)
+        FROM failed AS f WHERE q.event_seq = f.id AND NOT $9
+    ),
+    dequeued AS (
+        DELETE FROM tickmark_queue AS q USING failed AS f WHERE q.event_seq = f.id AND $9
     )
     INSERT INTO tickmark_steps
         (event_seq, position, name, state, attempts, lease_token, started_at, finished_at, last_error)

@@ -22,7 +22,9 @@ use sqlx::{Connection, PgConnection, Row};
 use tickmark::store::postgres::{PostgresOptions, PostgresStore};
 use tickmark::{Engine, Handler, Handlers, NewEvent, Store};
 use tickmark_driver::store::ClaimParams;
+use tickmark_tests::conformance::quick_worker;
 use tickmark_tests::db::EmptySchema;
+use tickmark_tests::probe::Probe;
 use tickmark_tests::test_steps::Record;
 use tickmark_tests::TestDb;
 
@@ -203,4 +205,121 @@ async fn a_claim_prepared_before_its_function_gains_a_column_still_claims() {
         .expect("the prepared claim survives a column added to the function's result");
     let keys: Vec<&str> = claimed.iter().map(|c| c.event.id.as_str()).collect();
     assert_eq!(keys, ["evt_after_change"]);
+}
+
+/// Every unfinished event has its claim queue row, due when the event row
+/// says, and no other event has one (migration 0017).
+async fn assert_queue_in_step(conn: &mut PgConnection) {
+    let out_of_step: Vec<(Option<i64>, Option<i64>)> = sqlx::query_as(
+        "SELECT e.id, q.event_seq
+         FROM (SELECT id, due_at FROM tickmark_events WHERE state IN ('pending', 'running')) AS e
+         FULL JOIN tickmark_queue AS q ON q.event_seq = e.id
+         WHERE e.id IS NULL OR q.event_seq IS NULL OR q.due_at <> e.due_at",
+    )
+    .fetch_all(conn)
+    .await
+    .unwrap();
+    assert_eq!(out_of_step, [], "(event, queue row) pairs out of step");
+}
+
+/// The previous release's statements know nothing of the claim queue: its
+/// accept inserts an event row alone, its marks and hand-backs update the
+/// event row alone. The queue follows them (the triggers of migration
+/// 0017), so what that release accepts is claimed, what it finishes is not
+/// claimed again, and what it schedules later waits until then.
+#[tokio::test]
+async fn the_claim_queue_follows_the_previous_releases_writes() {
+    let Some(db) = EmptySchema::new().await else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let pool = PgPoolOptions::new()
+        .max_connections(1)
+        .connect(&db.url)
+        .await
+        .unwrap();
+    migrator_up_to(PREVIOUS_SCHEMA, dir.path())
+        .await
+        .run(&pool)
+        .await
+        .unwrap();
+    pool.close().await;
+
+    let new: Arc<dyn Store> = Arc::new(PostgresStore::connect(&db.url).await.unwrap());
+    for id in ["evt_finished_by_old", "evt_retried_by_old", "evt_left"] {
+        accept(new.clone(), id).await;
+    }
+    let mut old = PgConnection::connect(&db.url).await.unwrap();
+    assert_queue_in_step(&mut old).await;
+
+    // Written as the previous release writes, column by column of its own.
+    for statement in [
+        "INSERT INTO tickmark_events (source, dedup_key, kind, payload, plan, state, step_count, due_at)
+         SELECT source, 'evt_accepted_by_old', kind, payload, plan, 'pending', step_count, now()
+         FROM tickmark_events WHERE dedup_key = 'evt_left'",
+        "UPDATE tickmark_events SET state = 'done', next_step = step_count, finished_at = now()
+         WHERE dedup_key = 'evt_finished_by_old'",
+        "UPDATE tickmark_events SET due_at = now() + interval '1 hour'
+         WHERE dedup_key = 'evt_retried_by_old'",
+    ] {
+        sqlx::query(statement).execute(&mut old).await.unwrap();
+        assert_queue_in_step(&mut old).await;
+    }
+
+    let params = ClaimParams::new("new-worker", 10, Duration::from_secs(30));
+    let claimed = new.event_claim_many(&params).await.unwrap();
+    let mut keys: Vec<&str> = claimed.iter().map(|c| c.event.id.as_str()).collect();
+    keys.sort_unstable();
+    assert_eq!(keys, ["evt_accepted_by_old", "evt_left"]);
+    assert_queue_in_step(&mut old).await;
+
+    // An operator's retry by hand brings a finished event back.
+    sqlx::query(
+        "UPDATE tickmark_events SET state = 'pending', next_step = 0, due_at = now()
+         WHERE dedup_key = 'evt_finished_by_old'",
+    )
+    .execute(&mut old)
+    .await
+    .unwrap();
+    assert_queue_in_step(&mut old).await;
+    let claimed = new.event_claim_many(&params).await.unwrap();
+    let keys: Vec<&str> = claimed.iter().map(|c| c.event.id.as_str()).collect();
+    assert_eq!(keys, ["evt_finished_by_old"]);
+
+    // By hand again: the later one due now, the leases above expired. This
+    // release takes them over and runs all four to the end, its own claims
+    // and marks keeping the queue in step themselves.
+    for statement in [
+        "UPDATE tickmark_events SET due_at = now() WHERE dedup_key = 'evt_retried_by_old'",
+        "UPDATE tickmark_events SET due_at = now() - interval '1 minute' WHERE state = 'running'",
+    ] {
+        sqlx::query(statement).execute(&mut old).await.unwrap();
+        assert_queue_in_step(&mut old).await;
+    }
+    Engine::new(new.clone(), handlers())
+        .expect("valid handlers")
+        .with_resource(Probe::connect(&db.url).await)
+        .worker(quick_worker("new-worker"))
+        .expect("valid worker settings")
+        .run_until_idle()
+        .await
+        .unwrap();
+    let states: Vec<(String, String)> =
+        sqlx::query_as("SELECT dedup_key, state FROM tickmark_events ORDER BY dedup_key")
+            .fetch_all(&mut old)
+            .await
+            .unwrap();
+    let done: Vec<&str> = states
+        .iter()
+        .filter(|(_, state)| state == "done")
+        .map(|(id, _)| id.as_str())
+        .collect();
+    assert_eq!(done.len(), 4, "{states:?}");
+    assert_queue_in_step(&mut old).await;
+    let queued: i64 = sqlx::query_scalar("SELECT count(*) FROM tickmark_queue")
+        .fetch_one(&mut old)
+        .await
+        .unwrap();
+    assert_eq!(queued, 0);
+    let _ = old.close().await;
 }
