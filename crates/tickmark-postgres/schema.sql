@@ -419,6 +419,61 @@ AS $function$
     WHERE q.limit_key = key AND q.due_at > now() AND e.state = 'running' AND e.due_at > now()
 $function$;
 
+CREATE OR REPLACE FUNCTION tickmark_mark_done_many(mark_events bigint[], mark_tokens bigint[], mark_positions integer[], mark_names text[], mark_attempts integer[], mark_started timestamp with time zone[], mark_finished timestamp with time zone[], mark_outputs text[])
+ RETURNS SETOF bigint
+ LANGUAGE plpgsql
+ SET plan_cache_mode TO 'force_generic_plan'
+ SET enable_seqscan TO 'off'
+ SET enable_bitmapscan TO 'off'
+ SET enable_mergejoin TO 'off'
+ SET jit TO 'off'
+ SET search_path TO 'pg_catalog', '<schema>', 'pg_temp'
+AS $function$
+BEGIN
+    RETURN QUERY
+    WITH marks AS (
+        SELECT * FROM unnest(mark_events, mark_tokens, mark_positions, mark_names, mark_attempts,
+                             mark_started, mark_finished, mark_outputs)
+            AS m (event_seq, token, position, name, attempts, started_at, finished_at, output)
+    ),
+    advanced AS (
+        UPDATE tickmark_events AS e
+        SET next_step = e.next_step + 1,
+            state = CASE WHEN e.next_step + 1 >= e.step_count THEN 'done' ELSE 'running' END,
+            attempt = CASE WHEN e.next_step + 1 >= e.step_count THEN e.attempt ELSE 1 END,
+            interrupted = CASE WHEN e.next_step + 1 >= e.step_count THEN e.interrupted ELSE 0 END,
+            suspect = false,
+            finished_at = CASE WHEN e.next_step + 1 >= e.step_count THEN now() END,
+            queued_due_at = CASE WHEN e.next_step + 1 >= e.step_count THEN NULL
+                                 ELSE e.queued_due_at END,
+            step_started_at = now(),
+            last_error = NULL,
+            progress = NULL,
+            progress_message = NULL
+        FROM marks AS m
+        WHERE e.id = m.event_seq AND e.lease_token = m.token AND e.state = 'running'
+          AND e.next_step = m.position AND e.due_at > now()
+        -- The mark's own fields too: the step rows below need no join.
+        RETURNING e.id, e.state, m.position, m.name, m.attempts, m.token, m.started_at,
+                  m.finished_at, m.output
+    ),
+    dequeued AS (
+        DELETE FROM tickmark_queue AS q USING advanced AS a
+        WHERE q.event_seq = a.id AND a.state = 'done'
+    )
+    INSERT INTO tickmark_steps
+        (event_seq, position, name, state, attempts, lease_token, started_at, finished_at, output)
+    SELECT a.id, a.position, a.name, 'done', a.attempts, a.token, a.started_at,
+           a.finished_at, a.output::json
+    FROM advanced AS a
+    ON CONFLICT (event_seq, position) DO UPDATE
+    SET state = 'done', attempts = EXCLUDED.attempts, lease_token = EXCLUDED.lease_token,
+        started_at = EXCLUDED.started_at, finished_at = EXCLUDED.finished_at,
+        output = EXCLUDED.output, last_error = NULL
+    RETURNING tickmark_steps.event_seq;
+END
+$function$;
+
 CREATE OR REPLACE FUNCTION tickmark_queue_mend()
  RETURNS trigger
  LANGUAGE plpgsql

@@ -319,6 +319,80 @@ BEGIN
 END
 $$;
 
+-- An event's marks of done steps, many at once (the group commit's batch),
+-- as `sql::STEP_MARK_DONE_MANY` in the engine wrote them before, with the
+-- claim queue row of each finished event deleted. A function so that its
+-- plan is generic, made once per connection: sent as a statement of its
+-- own, it was planned again at every mark of one step (concurrency 1),
+-- since a custom plan for one mark always looks cheaper than the generic
+-- plan for the ten a parameter array is guessed to hold.
+CREATE FUNCTION tickmark_mark_done_many(
+    mark_events    BIGINT[],
+    mark_tokens    BIGINT[],
+    mark_positions INT[],
+    mark_names     TEXT[],
+    mark_attempts  INT[],
+    mark_started   TIMESTAMPTZ[],
+    mark_finished  TIMESTAMPTZ[],
+    mark_outputs   TEXT[]
+)
+RETURNS SETOF BIGINT
+LANGUAGE plpgsql
+VOLATILE
+SET plan_cache_mode = force_generic_plan
+-- Each mark finds its event by the primary key, in the batch's order (the
+-- caller sorts it by event: one lock order for every batch), whatever the
+-- table's size when the plan is made.
+SET enable_seqscan = off
+SET enable_bitmapscan = off
+SET enable_mergejoin = off
+SET jit = off
+AS $$
+BEGIN
+    RETURN QUERY
+    WITH marks AS (
+        SELECT * FROM unnest(mark_events, mark_tokens, mark_positions, mark_names, mark_attempts,
+                             mark_started, mark_finished, mark_outputs)
+            AS m (event_seq, token, position, name, attempts, started_at, finished_at, output)
+    ),
+    advanced AS (
+        UPDATE tickmark_events AS e
+        SET next_step = e.next_step + 1,
+            state = CASE WHEN e.next_step + 1 >= e.step_count THEN 'done' ELSE 'running' END,
+            attempt = CASE WHEN e.next_step + 1 >= e.step_count THEN e.attempt ELSE 1 END,
+            interrupted = CASE WHEN e.next_step + 1 >= e.step_count THEN e.interrupted ELSE 0 END,
+            suspect = false,
+            finished_at = CASE WHEN e.next_step + 1 >= e.step_count THEN now() END,
+            queued_due_at = CASE WHEN e.next_step + 1 >= e.step_count THEN NULL
+                                 ELSE e.queued_due_at END,
+            step_started_at = now(),
+            last_error = NULL,
+            progress = NULL,
+            progress_message = NULL
+        FROM marks AS m
+        WHERE e.id = m.event_seq AND e.lease_token = m.token AND e.state = 'running'
+          AND e.next_step = m.position AND e.due_at > now()
+        -- The mark's own fields too: the step rows below need no join.
+        RETURNING e.id, e.state, m.position, m.name, m.attempts, m.token, m.started_at,
+                  m.finished_at, m.output
+    ),
+    dequeued AS (
+        DELETE FROM tickmark_queue AS q USING advanced AS a
+        WHERE q.event_seq = a.id AND a.state = 'done'
+    )
+    INSERT INTO tickmark_steps
+        (event_seq, position, name, state, attempts, lease_token, started_at, finished_at, output)
+    SELECT a.id, a.position, a.name, 'done', a.attempts, a.token, a.started_at,
+           a.finished_at, a.output::json
+    FROM advanced AS a
+    ON CONFLICT (event_seq, position) DO UPDATE
+    SET state = 'done', attempts = EXCLUDED.attempts, lease_token = EXCLUDED.lease_token,
+        started_at = EXCLUDED.started_at, finished_at = EXCLUDED.finished_at,
+        output = EXCLUDED.output, last_error = NULL
+    RETURNING tickmark_steps.event_seq;
+END
+$$;
+
 -- CREATE OR REPLACE dropped what earlier migrations set on the two claim
 -- functions: set it again, and on the new functions (migration 0011).
 ALTER FUNCTION tickmark_claim(TEXT, INT, FLOAT8, TEXT[], TEXT[], BOOLEAN, BOOLEAN)
@@ -334,6 +408,8 @@ BEGIN
         'tickmark_claim(TEXT, INT, FLOAT8, TEXT[], TEXT[], BOOLEAN, BOOLEAN)',
         'tickmark_claimable(INT, BOOLEAN, BOOLEAN, TEXT[], TEXT[])',
         'tickmark_limit_held(TEXT)',
+        'tickmark_mark_done_many(BIGINT[], BIGINT[], INT[], TEXT[], INT[], TIMESTAMPTZ[],
+                                 TIMESTAMPTZ[], TEXT[])',
         'tickmark_queue_mend()',
         'tickmark_queue_truncated()'
     ] LOOP

@@ -273,7 +273,7 @@ async fn postgres_a_worker_killed_while_its_final_mark_is_in_flight() {
 
     let blocked_marks = format!(
         "SELECT count(*) FROM pg_stat_activity \
-         WHERE {locker_pid} = ANY(pg_blocking_pids(pid)) AND query LIKE '%WITH marks AS%'"
+         WHERE {locker_pid} = ANY(pg_blocking_pids(pid)) AND query LIKE '%tickmark_mark_done_many%'"
     );
     wait::until(
         "the final mark waits on the row lock",
