@@ -91,6 +91,22 @@ async fn migrator_up_to(last: i64, into: &Path) -> Migrator {
     Migrator::new(into).await.expect("read the migrations")
 }
 
+/// Migrate `db`'s schema as the previous release would.
+async fn migrate_as_the_previous_release(db: &EmptySchema) {
+    let dir = tempfile::tempdir().unwrap();
+    let pool = PgPoolOptions::new()
+        .max_connections(1)
+        .connect(&db.url)
+        .await
+        .unwrap();
+    migrator_up_to(PREVIOUS_SCHEMA, dir.path())
+        .await
+        .run(&pool)
+        .await
+        .unwrap();
+    pool.close().await;
+}
+
 fn handlers() -> Handlers {
     Handlers::new().on(
         "shop",
@@ -117,18 +133,7 @@ async fn a_previous_release_worker_keeps_claiming_across_the_upgrade() {
     let Some(db) = EmptySchema::new().await else {
         return;
     };
-    let dir = tempfile::tempdir().unwrap();
-    let pool = PgPoolOptions::new()
-        .max_connections(1)
-        .connect(&db.url)
-        .await
-        .unwrap();
-    migrator_up_to(PREVIOUS_SCHEMA, dir.path())
-        .await
-        .run(&pool)
-        .await
-        .unwrap();
-    pool.close().await;
+    migrate_as_the_previous_release(&db).await;
 
     let mut old = PgConnection::connect(&db.url).await.unwrap();
     assert_eq!(
@@ -232,18 +237,7 @@ async fn the_claim_queue_follows_the_previous_releases_writes() {
     let Some(db) = EmptySchema::new().await else {
         return;
     };
-    let dir = tempfile::tempdir().unwrap();
-    let pool = PgPoolOptions::new()
-        .max_connections(1)
-        .connect(&db.url)
-        .await
-        .unwrap();
-    migrator_up_to(PREVIOUS_SCHEMA, dir.path())
-        .await
-        .run(&pool)
-        .await
-        .unwrap();
-    pool.close().await;
+    migrate_as_the_previous_release(&db).await;
 
     let new: Arc<dyn Store> = Arc::new(PostgresStore::connect(&db.url).await.unwrap());
     for id in ["evt_finished_by_old", "evt_retried_by_old", "evt_left"] {
