@@ -3,8 +3,9 @@
 
 /// Insert many events at once (group commit): one statement, one commit, one
 /// NOTIFY. Each unfinished event gets its claim queue row in the same
-/// statement, and says so in `queued_due_at` (migration 0017). Rows come sorted by key, so concurrent batches take the unique
-/// index's locks in one order. `ON CONFLICT DO NOTHING` names no target, so
+/// statement, and says so in `queued_due_at` (migration 0017). Rows come
+/// sorted by key, so concurrent batches take the unique index's locks in
+/// one order. `ON CONFLICT DO NOTHING` names no target, so
 /// it covers both unique keys, (source, dedup key) and (source, replay key):
 /// the dedup decision on both is this one statement. Answers the keys that
 /// were new, with their ids.
@@ -303,9 +304,9 @@ pub const STEP_OUTPUTS: &str = "
 
 /// Mark step `$3` done (or, when `$9`, skipped: a branch not taken) under
 /// lease (`$1`, `$2`) and advance the event; the last step's mark also
-/// finishes the event, and takes it out of the claim queue. The event update filters on state,
-/// token, position and an unexpired lease: if it changes nothing, nothing is
-/// inserted either.
+/// finishes the event, and takes it out of the claim queue. The event
+/// update filters on state, token, position and an unexpired lease: if it
+/// changes nothing, nothing is inserted either.
 pub const STEP_MARK_DONE: &str = "
     WITH advanced AS (
         UPDATE tickmark_events
