@@ -225,9 +225,9 @@ pub const EVENT_PARK: &str = "
     WHERE id = $1 AND lease_token = $2 AND state = 'running'";
 
 /// Seconds the suspect a claim alone would take now has been due (no row:
-/// none): `tickmark_claimable` (migration 0014), the very query the claim
-/// chooses its rows with, called as a claim alone of suspects by a worker
-/// holding nothing (no source or kind skipped). So a suspect no claim alone
+/// none): `tickmark_claimable` (migrations 0014, 0017), the very query the
+/// claim chooses its rows with, called as a claim alone of suspects by a
+/// worker holding nothing (no source or kind skipped). So a suspect no claim alone
 /// could take (its key at its limit, an earlier event of its resource
 /// unfinished) is not reported. The row is locked for the statement (SKIP
 /// LOCKED: one being claimed is not reported either).
