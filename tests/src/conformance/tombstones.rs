@@ -258,3 +258,84 @@ pub async fn an_accept_racing_the_prune_of_its_key_is_a_duplicate(db: TestDb) {
     run_until_idle(&db, three_steps()).await;
     assert_eq!(db.probe.runs("evt_racing", "first").await, 1);
 }
+
+/// The tombstones table's scans so far, (sequential, by index), as the
+/// server's statistics report them.
+async fn tombstone_scans(db: &TestDb) -> (i64, i64) {
+    let seq = db
+        .probe
+        .scalar(
+            "SELECT coalesce(seq_scan, 0) FROM pg_stat_user_tables
+             WHERE relid = 'tickmark_tombstones'::regclass",
+        )
+        .await;
+    let by_index = db
+        .probe
+        .scalar(
+            "SELECT coalesce(idx_scan, 0) FROM pg_stat_user_tables
+             WHERE relid = 'tickmark_tombstones'::regclass",
+        )
+        .await;
+    (seq, by_index)
+}
+
+/// PostgreSQL: the accept's tombstone check reads each new event's
+/// tombstone by key, whatever the table's statistics say. Just after a big
+/// prune, autovacuum has not analyzed the tombstones yet; a check the
+/// planner was free to turn into a join hashed them all by source and
+/// compared every accepted event with every tombstone (29 s for a batch of
+/// 256 against 50,000). The check must never read the table whole.
+pub async fn the_accepts_check_reads_unanalyzed_tombstones_by_key(db: TestDb) {
+    use std::sync::Arc;
+    use tickmark::store::postgres::{PostgresOptions, PostgresStore};
+
+    db.probe
+        .execute(
+            "INSERT INTO tickmark_tombstones (source, key_hash, accepted_at)
+             SELECT 'shop', tickmark_key_hash('dedup', 'evt_pruned_' || n), now()
+             FROM generate_series(1, 20000) AS n",
+        )
+        .await;
+    // A store of its own, on one connection, closed before the statistics
+    // are read: a backend reports its scans when it exits (before, only now
+    // and then), all of them at once.
+    let options = PostgresOptions {
+        max_connections: 1,
+        ..PostgresOptions::default()
+    };
+    let store = Arc::new(PostgresStore::connect_with(&db.url, options).await.unwrap());
+    let before = tombstone_scans(&db).await;
+    let engine = Engine::new(store.clone(), three_steps()).expect("valid handlers");
+    let ids: Vec<String> = (1..=64)
+        .map(|n| format!("evt_new_{n}"))
+        .chain(["evt_pruned_7".to_owned(), "evt_pruned_19999".to_owned()])
+        .collect();
+    let accepts: Vec<_> = ids
+        .iter()
+        .map(|id| {
+            let (engine, id) = (engine.clone(), id.clone());
+            tokio::spawn(async move { redeliver(&engine, &id).await })
+        })
+        .collect();
+    let mut answers = Vec::new();
+    for accept in accepts {
+        answers.push(accept.await.unwrap());
+    }
+    assert!(answers[..64].iter().all(Accepted::is_new), "{answers:?}");
+    assert_eq!(answers[64..], [Accepted::Duplicate, Accepted::Duplicate]);
+    drop(engine);
+    store.pool().close().await;
+
+    wait::until(
+        "the accepts' backend to report its scans",
+        Duration::from_secs(30),
+        || async { tombstone_scans(&db).await != before },
+    )
+    .await;
+    let after = tombstone_scans(&db).await;
+    assert_eq!(
+        after.0, before.0,
+        "the check scanned the whole tombstones table: before {before:?}, after {after:?}"
+    );
+    assert!(after.1 > before.1, "before {before:?}, after {after:?}");
+}

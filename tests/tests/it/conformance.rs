@@ -27,6 +27,15 @@ mod postgres_only {
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn the_accepts_check_reads_unanalyzed_tombstones_by_key() {
+        let Some(db) = tickmark_tests::TestDb::new(tickmark::Backend::Postgres).await else {
+            return;
+        };
+        tickmark_tests::conformance::tombstones::the_accepts_check_reads_unanalyzed_tombstones_by_key(db)
+            .await;
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn the_databases_key_hash_is_the_rust_one() {
         let Some(db) = tickmark_tests::TestDb::new(tickmark::Backend::Postgres).await else {
             return;
