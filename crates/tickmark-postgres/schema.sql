@@ -63,10 +63,18 @@ CREATE TABLE tickmark_events (
     interrupted integer NOT NULL DEFAULT 0,
     suspect boolean NOT NULL DEFAULT false,
     queued_due_at timestamp with time zone,
+    tenant_key text,
     CONSTRAINT tickmark_events_dedup UNIQUE (source, dedup_key),
     CONSTRAINT tickmark_events_pkey PRIMARY KEY (id),
     CONSTRAINT tickmark_events_state_check CHECK ((state = ANY (ARRAY['pending'::text, 'running'::text, 'done'::text, 'dead'::text, 'parked'::text, 'ignored'::text, 'cancelled'::text, 'stale'::text, 'superseded'::text])))
 ) WITH (fillfactor=50);
+
+CREATE TABLE tickmark_fair_clock (
+    only_row boolean NOT NULL DEFAULT true,
+    virtual_time double precision NOT NULL DEFAULT 0,
+    CONSTRAINT tickmark_fair_clock_only_row_check CHECK (only_row),
+    CONSTRAINT tickmark_fair_clock_pkey PRIMARY KEY (only_row)
+);
 
 CREATE TABLE tickmark_match_keys (
     match_key text NOT NULL,
@@ -91,6 +99,7 @@ CREATE TABLE tickmark_queue (
     resource_key text,
     limit_key text,
     debounce_key text,
+    tenant_key text,
     CONSTRAINT tickmark_queue_pkey PRIMARY KEY (event_seq)
 ) WITH (fillfactor=50);
 
@@ -138,6 +147,15 @@ CREATE TABLE tickmark_steps (
     CONSTRAINT tickmark_steps_state_check CHECK ((state = ANY (ARRAY['done'::text, 'failed'::text, 'dead'::text, 'skipped'::text])))
 );
 
+CREATE TABLE tickmark_tenants (
+    tenant_key text NOT NULL,
+    weight double precision NOT NULL DEFAULT 1,
+    pass double precision NOT NULL DEFAULT 0,
+    weight_set_at timestamp with time zone,
+    CONSTRAINT tickmark_tenants_pkey PRIMARY KEY (tenant_key),
+    CONSTRAINT tickmark_tenants_weight_check CHECK (((weight > (0)::double precision) AND (weight <= (1000000)::double precision)))
+);
+
 CREATE TABLE tickmark_tombstones (
     source text NOT NULL,
     key_hash bytea NOT NULL,
@@ -153,6 +171,7 @@ CREATE UNIQUE INDEX tickmark_events_dedup ON tickmark_events USING btree (source
 CREATE UNIQUE INDEX tickmark_events_pkey ON tickmark_events USING btree (id);
 CREATE UNIQUE INDEX tickmark_events_replay ON tickmark_events USING btree (source, replay_key) WHERE (replay_key IS NOT NULL);
 CREATE INDEX tickmark_events_waiting ON tickmark_events USING btree (wait_key) WHERE (wait_key IS NOT NULL);
+CREATE UNIQUE INDEX tickmark_fair_clock_pkey ON tickmark_fair_clock USING btree (only_row);
 CREATE INDEX tickmark_match_keys_event ON tickmark_match_keys USING btree (event_seq);
 CREATE UNIQUE INDEX tickmark_match_keys_pkey ON tickmark_match_keys USING btree (match_key, event_seq);
 CREATE UNIQUE INDEX tickmark_migrations_pkey ON tickmark_migrations USING btree (version);
@@ -161,10 +180,12 @@ CREATE INDEX tickmark_queue_due ON tickmark_queue USING btree (due_at, event_seq
 CREATE INDEX tickmark_queue_limit ON tickmark_queue USING btree (limit_key, due_at) WHERE (limit_key IS NOT NULL);
 CREATE UNIQUE INDEX tickmark_queue_pkey ON tickmark_queue USING btree (event_seq);
 CREATE INDEX tickmark_queue_serial ON tickmark_queue USING btree (resource_key, event_seq) WHERE (resource_key IS NOT NULL);
+CREATE INDEX tickmark_queue_tenant ON tickmark_queue USING btree (tenant_key, due_at, event_seq) WHERE (tenant_key IS NOT NULL);
 CREATE UNIQUE INDEX tickmark_rate_buckets_pkey ON tickmark_rate_buckets USING btree (bucket);
 CREATE UNIQUE INDEX tickmark_reconcile_cursors_pkey ON tickmark_reconcile_cursors USING btree (source);
 CREATE UNIQUE INDEX tickmark_resources_pkey ON tickmark_resources USING btree (resource_key);
 CREATE UNIQUE INDEX tickmark_steps_pkey ON tickmark_steps USING btree (event_seq, "position");
+CREATE UNIQUE INDEX tickmark_tenants_pkey ON tickmark_tenants USING btree (tenant_key);
 CREATE INDEX tickmark_tombstones_accepted ON tickmark_tombstones USING brin (accepted_at);
 CREATE UNIQUE INDEX tickmark_tombstones_pkey ON tickmark_tombstones USING btree (source, key_hash);
 
@@ -374,6 +395,10 @@ CREATE OR REPLACE FUNCTION tickmark_claimable(batch integer, alone boolean, pend
 AS $function$
 #variable_conflict use_column
 BEGIN
+    IF NOT alone AND EXISTS (SELECT 1 FROM tickmark_queue AS t WHERE t.tenant_key IS NOT NULL) THEN
+        RETURN QUERY SELECT * FROM tickmark_claimable_fair(batch, pending, skip_sources, skip_kinds);
+        RETURN;
+    END IF;
     RETURN QUERY
     SELECT e.id, e.state, e.limit_key, e.limit_n, e.due_at
     FROM tickmark_queue AS q
@@ -398,6 +423,172 @@ BEGIN
     ORDER BY q.due_at, q.event_seq
     LIMIT CASE WHEN alone THEN least(batch, 1) ELSE batch END
     FOR UPDATE OF e SKIP LOCKED;
+END
+$function$;
+
+CREATE OR REPLACE FUNCTION tickmark_claimable_fair(batch integer, pending boolean, skip_sources text[], skip_kinds text[])
+ RETURNS TABLE(id bigint, state text, limit_key text, limit_n integer, due_at timestamp with time zone)
+ LANGUAGE plpgsql
+ SET enable_bitmapscan TO 'off'
+ SET enable_seqscan TO 'off'
+ SET enable_hashjoin TO 'off'
+ SET enable_mergejoin TO 'off'
+ SET enable_material TO 'off'
+ SET jit TO 'off'
+ SET plan_cache_mode TO 'force_generic_plan'
+ SET search_path TO 'pg_catalog', '<schema>', 'pg_temp'
+AS $function$
+#variable_conflict use_column
+DECLARE
+    clock             FLOAT8;
+    candidate_ids     BIGINT[];
+    candidate_tenants TEXT[];
+    ids               BIGINT[];
+    was_states        TEXT[];
+    keys              TEXT[];
+    ns                INT[];
+    dues              TIMESTAMPTZ[];
+    tenants           TEXT[];
+    served            RECORD;
+    last_start        FLOAT8;
+    top_start         FLOAT8;
+BEGIN
+    SELECT c.virtual_time INTO clock FROM tickmark_fair_clock AS c FOR UPDATE;
+
+    -- The candidates, best first: no lock yet, only the queue and the
+    -- tenants read.
+    SELECT coalesce(array_agg(c.event_seq ORDER BY c.finish, c.due_at, c.event_seq), '{}'),
+           coalesce(array_agg(c.tenant ORDER BY c.finish, c.due_at, c.event_seq), '{}')
+    INTO candidate_ids, candidate_tenants
+    FROM (
+        WITH RECURSIVE due_tenants (key) AS (
+            (SELECT q.tenant_key FROM tickmark_queue AS q
+             WHERE q.tenant_key IS NOT NULL AND q.due_at <= now()
+             ORDER BY q.tenant_key LIMIT 1)
+            UNION ALL
+            SELECT (SELECT q.tenant_key FROM tickmark_queue AS q
+                    WHERE q.tenant_key > t.key AND q.due_at <= now()
+                    ORDER BY q.tenant_key LIMIT 1)
+            FROM due_tenants AS t
+            WHERE t.key IS NOT NULL
+        ),
+        weighed AS (
+            SELECT t.key, coalesce(w.weight, 1) AS weight,
+                   greatest(coalesce(w.pass, 0), clock) AS start,
+                   ceil(batch * coalesce(w.weight, 1)
+                        / sum(coalesce(w.weight, 1)) OVER ())::int AS share
+            FROM due_tenants AS t
+            LEFT JOIN tickmark_tenants AS w ON w.tenant_key = t.key
+            WHERE t.key IS NOT NULL
+        ),
+        -- How many of its share each tenant has due: the share a tenant
+        -- leaves unused (two events due, a share of twenty) goes to the
+        -- tenants that fill theirs, by weight, so a batch is full whenever
+        -- that many events are due.
+        counted AS (
+            SELECT g.*, (SELECT count(*) FROM (
+                             SELECT 1 FROM tickmark_queue AS q
+                             WHERE q.tenant_key = g.key AND q.due_at <= now()
+                             LIMIT g.share) AS x) AS have
+            FROM weighed AS g
+        ),
+        shares AS (
+            SELECT c.key, c.weight, c.start,
+                   CASE WHEN c.have < c.share THEN c.have::int
+                        ELSE c.share + ceil(greatest(batch - sum(least(c.have, c.share)) OVER (), 0)
+                                            * c.weight
+                                            / sum(CASE WHEN c.have >= c.share THEN c.weight END)
+                                                  OVER ())::int
+                   END AS share
+            FROM counted AS c
+        )
+        SELECT s.key AS tenant, d.event_seq, d.due_at,
+               s.start + (row_number() OVER (PARTITION BY s.key
+                                             ORDER BY d.due_at, d.event_seq)) / s.weight
+                   AS finish
+        FROM shares AS s
+        CROSS JOIN LATERAL (
+            SELECT q.event_seq, q.due_at FROM tickmark_queue AS q
+            WHERE q.tenant_key = s.key AND q.due_at <= now()
+            ORDER BY q.due_at, q.event_seq
+            LIMIT s.share
+        ) AS d
+        UNION ALL
+        SELECT NULL, u.event_seq, u.due_at,
+               clock + (row_number() OVER (ORDER BY u.due_at, u.event_seq))::float8
+        FROM (
+            SELECT q.event_seq, q.due_at, q.tenant_key FROM tickmark_queue AS q
+            WHERE q.due_at <= now()
+            ORDER BY q.due_at, q.event_seq
+            LIMIT batch
+        ) AS u
+        WHERE u.tenant_key IS NULL
+    ) AS c;
+
+    -- Each candidate's event row, in that order, checked and locked as
+    -- `tickmark_claimable` does a batch's (never alone here). The lateral
+    -- lookup keeps the candidates outside: a plan made while the event
+    -- table was small, free to join, walked every event instead.
+    SELECT coalesce(array_agg(f.id ORDER BY f.ord), '{}'),
+           coalesce(array_agg(f.state ORDER BY f.ord), '{}'),
+           coalesce(array_agg(f.limit_key ORDER BY f.ord), '{}'),
+           coalesce(array_agg(f.limit_n ORDER BY f.ord), '{}'),
+           coalesce(array_agg(f.due_at ORDER BY f.ord), '{}'),
+           coalesce(array_agg(f.tenant ORDER BY f.ord), '{}')
+    INTO ids, was_states, keys, ns, dues, tenants
+    FROM (
+        SELECT e.id, e.state, e.limit_key, e.limit_n, e.due_at, c.tenant, c.ord
+        FROM unnest(candidate_ids, candidate_tenants) WITH ORDINALITY AS c (event_seq, tenant, ord)
+        CROSS JOIN LATERAL (
+            SELECT e.id, e.state, e.limit_key, e.limit_n, e.due_at
+            FROM tickmark_events AS e
+            WHERE e.id = c.event_seq
+              AND e.state IN ('pending', 'running') AND e.due_at <= now()
+              AND CASE WHEN e.suspect OR (e.state = 'running'
+                                          AND (e.claimed_alone OR e.interrupted > 0))
+                            THEN false
+                       WHEN e.state = 'pending' THEN pending
+                       ELSE true END
+              AND NOT (e.source = ANY(skip_sources))
+              AND NOT ((e.source || chr(31) || e.kind) = ANY(skip_kinds))
+              AND NOT EXISTS (
+                  SELECT 1 FROM tickmark_queue AS earlier
+                  WHERE earlier.resource_key = e.resource_key AND earlier.event_seq < e.id)
+              AND (e.limit_key IS NULL OR tickmark_limit_held(e.limit_key) < e.limit_n)
+            FOR UPDATE SKIP LOCKED
+        ) AS e
+        LIMIT batch
+    ) AS f;
+
+    -- Tenants in key order: two claims never wait for each other in a circle.
+    FOR served IN
+        SELECT t AS key, count(*) AS n FROM unnest(tenants) AS t
+        WHERE t IS NOT NULL GROUP BY t ORDER BY t
+    LOOP
+        UPDATE tickmark_tenants AS w
+        SET pass = greatest(w.pass, clock) + served.n / w.weight
+        WHERE w.tenant_key = served.key
+        RETURNING w.pass - 1 / w.weight INTO last_start;
+        IF NOT FOUND THEN
+            INSERT INTO tickmark_tenants AS w (tenant_key, pass)
+            VALUES (served.key, clock + served.n)
+            ON CONFLICT (tenant_key) DO UPDATE
+            SET pass = greatest(w.pass, clock) + served.n / w.weight
+            RETURNING w.pass - 1 / w.weight INTO last_start;
+        END IF;
+        top_start := greatest(top_start, last_start);
+    END LOOP;
+    -- The clock moves to the start of the last event served: a tenant that
+    -- comes back from idle starts there, level with the tenants served.
+    IF top_start > clock THEN
+        UPDATE tickmark_fair_clock SET virtual_time = top_start;
+    END IF;
+
+    RETURN QUERY
+    SELECT u.id, u.state, u.limit_key, u.limit_n, u.due_at
+    FROM unnest(ids, was_states, keys, ns, dues) WITH ORDINALITY
+        AS u (id, state, limit_key, limit_n, due_at, ord)
+    ORDER BY u.ord;
 END
 $function$;
 
@@ -487,11 +678,14 @@ BEGIN
         RETURN NULL;
     END IF;
     IF NEW.state IN ('pending', 'running') THEN
-        INSERT INTO tickmark_queue (event_seq, due_at, resource_key, limit_key, debounce_key)
-        VALUES (NEW.id, NEW.due_at, NEW.resource_key, NEW.limit_key, NEW.debounce_key)
+        INSERT INTO tickmark_queue
+            (event_seq, due_at, resource_key, limit_key, debounce_key, tenant_key)
+        VALUES (NEW.id, NEW.due_at, NEW.resource_key, NEW.limit_key, NEW.debounce_key,
+                NEW.tenant_key)
         ON CONFLICT (event_seq) DO UPDATE
         SET due_at = EXCLUDED.due_at, resource_key = EXCLUDED.resource_key,
-            limit_key = EXCLUDED.limit_key, debounce_key = EXCLUDED.debounce_key;
+            limit_key = EXCLUDED.limit_key, debounce_key = EXCLUDED.debounce_key,
+            tenant_key = EXCLUDED.tenant_key;
         queued := NEW.due_at;
     ELSE
         DELETE FROM tickmark_queue WHERE event_seq = NEW.id;
@@ -518,7 +712,7 @@ $function$;
 CREATE TRIGGER tickmark_queue_delete AFTER DELETE ON tickmark_events FOR EACH ROW WHEN (old.queued_due_at IS NOT NULL) EXECUTE FUNCTION tickmark_queue_mend();
 CREATE TRIGGER tickmark_queue_insert AFTER INSERT ON tickmark_events FOR EACH ROW WHEN ((new.state = ANY (ARRAY['pending'::text, 'running'::text])) IS DISTINCT FROM (new.queued_due_at IS NOT NULL) OR (new.state = ANY (ARRAY['pending'::text, 'running'::text])) AND new.due_at IS DISTINCT FROM new.queued_due_at) EXECUTE FUNCTION tickmark_queue_mend();
 CREATE TRIGGER tickmark_queue_truncate AFTER TRUNCATE ON tickmark_events FOR EACH STATEMENT EXECUTE FUNCTION tickmark_queue_truncated();
-CREATE TRIGGER tickmark_queue_update AFTER UPDATE ON tickmark_events FOR EACH ROW WHEN ((new.state = ANY (ARRAY['pending'::text, 'running'::text])) IS DISTINCT FROM (new.queued_due_at IS NOT NULL) OR (new.state = ANY (ARRAY['pending'::text, 'running'::text])) AND new.due_at IS DISTINCT FROM new.queued_due_at OR new.resource_key IS DISTINCT FROM old.resource_key OR new.limit_key IS DISTINCT FROM old.limit_key OR new.debounce_key IS DISTINCT FROM old.debounce_key) EXECUTE FUNCTION tickmark_queue_mend();
+CREATE TRIGGER tickmark_queue_update AFTER UPDATE ON tickmark_events FOR EACH ROW WHEN ((new.state = ANY (ARRAY['pending'::text, 'running'::text])) IS DISTINCT FROM (new.queued_due_at IS NOT NULL) OR (new.state = ANY (ARRAY['pending'::text, 'running'::text])) AND new.due_at IS DISTINCT FROM new.queued_due_at OR new.resource_key IS DISTINCT FROM old.resource_key OR new.limit_key IS DISTINCT FROM old.limit_key OR new.debounce_key IS DISTINCT FROM old.debounce_key OR new.tenant_key IS DISTINCT FROM old.tenant_key) EXECUTE FUNCTION tickmark_queue_mend();
 
 -- Types
 

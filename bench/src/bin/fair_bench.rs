@@ -87,6 +87,10 @@ struct Args {
     /// How long the quiet tenants send while A drains
     #[arg(long, default_value_t = 60)]
     flood_secs: u64,
+    /// Claim in fair shares per tenant (`Handler::tenant_key("/account")`);
+    /// without it, in due order
+    #[arg(long)]
+    fair: bool,
     /// How long to wait, after sending, for every quiet event to finish
     #[arg(long, default_value_t = 900)]
     finish_timeout_secs: u64,
@@ -347,11 +351,11 @@ impl Bench {
 async fn run(args: &Args, url: &str) -> Result<Vec<PhaseFigures>, String> {
     let store = tickmark::connect(url).await.map_err(|e| e.to_string())?;
     let finished = FinishedBy::default();
-    let handlers = Handlers::new().on(
-        SOURCE,
-        KIND,
-        Handler::new().named_step("remote_call", RemoteCall { ms: args.step_ms }),
-    );
+    let mut handler = Handler::new().named_step("remote_call", RemoteCall { ms: args.step_ms });
+    if args.fair {
+        handler = handler.tenant_key("/account");
+    }
+    let handlers = Handlers::new().on(SOURCE, KIND, handler);
     let engine = Engine::new(store.clone(), handlers)
         .map_err(|e| e.to_string())?
         .with_resource(finished.clone());
@@ -420,9 +424,13 @@ fn print(args: &Args, url: &str, figures: &[PhaseFigures]) {
         "SQLite"
     };
     println!(
-        "\n{backend}, WorkerConfig::default(), one {} ms step; {} quiet tenants at {}/s each; \
-         tenant A's backlog {}",
-        args.step_ms, args.tenants, args.rate, args.backlog
+        "\n{backend}, fair share {}, WorkerConfig::default(), one {} ms step; {} quiet tenants \
+         at {}/s each; tenant A's backlog {}",
+        if args.fair { "on" } else { "off" },
+        args.step_ms,
+        args.tenants,
+        args.rate,
+        args.backlog
     );
     println!(
         "{:<8} {:>8} {:>12} {:>12} {:>12} {:>14} {:>14}",
@@ -449,7 +457,7 @@ fn print(args: &Args, url: &str, figures: &[PhaseFigures]) {
     }
     println!(
         "{}",
-        json!({"backend": backend, "args": format!("{args:?}"), "phases": figures})
+        json!({"backend": backend, "fair": args.fair, "args": format!("{args:?}"), "phases": figures})
     );
 }
 

@@ -146,6 +146,7 @@ pub struct Handler {
     ordering: Option<Ordering>,
     concurrency: Option<(FlowKey, u32)>,
     debounce: Option<Debounce>,
+    tenant: Option<FlowKey>,
     problem: Option<&'static str>,
 }
 
@@ -360,6 +361,22 @@ impl Handler {
         self
     }
 
+    /// Claim this handler's events in fair shares per tenant, fleet-wide;
+    /// `key` is a JSON pointer into the payload (or several), e.g.
+    /// `/account` for a Stripe Connect platform. Among the tenants with
+    /// events due, each claim gives every tenant slots in proportion to its
+    /// weight (1 unless an operator set another), so one tenant's flood
+    /// never queues the others' events behind it; a tenant alone gets every
+    /// slot. The value is the tenant's name as it is, not namespaced by the
+    /// source: a tenant's events from several sources share one share.
+    /// Events without a value at the key are claimed in due order, outside
+    /// any share. PostgreSQL; SQLite stores the key and claims in due order
+    /// (docs/flow_control.md, "Fair share across tenants").
+    pub fn tenant_key(mut self, key: impl Into<FlowKey>) -> Self {
+        self.tenant = Some(key.into());
+        self
+    }
+
     /// Run this handler's events for the same resource one at a time, in
     /// acceptance order; `key` is a JSON pointer into the payload (for
     /// example `/data/object/id`). Different resources run in parallel.
@@ -404,6 +421,8 @@ pub struct CompiledHandler {
     pub concurrency: Option<(FlowKey, i32)>,
     /// How bursts of one key are coalesced.
     pub debounce: Option<Debounce>,
+    /// Where an event's tenant is found, for fair claiming.
+    pub tenant: Option<FlowKey>,
 }
 
 impl CompiledHandler {
@@ -423,6 +442,12 @@ impl CompiledHandler {
     /// it is not debounced).
     pub fn debounce_key_of(&self, source: &str, payload: &serde_json::Value) -> Option<String> {
         self.debounce.as_ref()?.key.scoped_value(source, payload)
+    }
+
+    /// The tenant of an event with this payload, when the handler claims
+    /// in fair shares and the payload names one.
+    pub fn tenant_of(&self, payload: &serde_json::Value) -> Option<String> {
+        self.tenant.as_ref()?.value_of(payload)
     }
 }
 
@@ -551,6 +576,7 @@ impl Handlers {
                     .clone()
                     .map(|(key, limit)| (key, i32::try_from(limit).unwrap_or(i32::MAX))),
                 debounce: handler.debounce.clone(),
+                tenant: handler.tenant.clone(),
             };
             if by_source
                 .entry(source.clone())
@@ -786,6 +812,14 @@ impl Registry {
         sources.sort_unstable();
         sources.dedup();
         sources
+    }
+
+    /// Whether some handler claims its events in fair shares per tenant.
+    pub fn has_tenants(&self) -> bool {
+        self.by_source
+            .values()
+            .flat_map(HashMap::values)
+            .any(|handler| handler.tenant.is_some())
     }
 
     #[doc(hidden)]

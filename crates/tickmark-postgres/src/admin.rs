@@ -102,6 +102,7 @@ impl PostgresStore {
                     .bind(replan.resource_seq)
                     .bind(replan.limit_key.as_deref())
                     .bind(replan.limit_n)
+                    .bind(replan.tenant_key.as_deref())
                     .fetch_optional(&mut *conn)
                     .await?,
                 found,

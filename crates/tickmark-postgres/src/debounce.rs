@@ -37,6 +37,7 @@ impl PostgresStore {
             .bind(event.limit_key)
             .bind(event.limit_n)
             .bind(debounce.key)
+            .bind(event.tenant_key)
             .fetch_optional(&mut *tx)
             .await?;
         let Some((seq, now)) = inserted else {

@@ -420,6 +420,11 @@ fn insert_many(
                                 .collect::<Vec<_>>(),
                         )
                         .bind(rows.iter().map(|e| e.limit_n).collect::<Vec<_>>())
+                        .bind(
+                            rows.iter()
+                                .map(|e| e.tenant_key.as_deref())
+                                .collect::<Vec<_>>(),
+                        )
                         .fetch_all(&mut *tx)
                         .await?;
                 let refused = undo_tombstoned(&mut tx, inserted.iter().map(|(id, ..)| *id)).await?;

@@ -13,26 +13,27 @@ pub const EVENT_INSERT_MANY: &str = "
     WITH rows AS (
         SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[],
                              $6::text[], $7::int[], $8::timestamptz[], $9::text[], $10::bigint[],
-                             $12::text[], $13::text[], $14::int[])
+                             $12::text[], $13::text[], $14::int[], $15::text[])
             WITH ORDINALITY
             AS r (source, dedup_key, kind, payload, plan, state, step_count, not_before,
-                  resource_key, resource_seq, replay_key, limit_key, limit_n, ord)
+                  resource_key, resource_seq, replay_key, limit_key, limit_n, tenant_key, ord)
     ),
     inserted AS (
         INSERT INTO tickmark_events
             (source, dedup_key, kind, payload, plan, state, step_count, due_at, resource_key,
-             resource_seq, replay_key, limit_key, limit_n, queued_due_at)
+             resource_seq, replay_key, limit_key, limit_n, tenant_key, queued_due_at)
         SELECT source, dedup_key, kind, payload::json, plan::json, state, step_count,
                coalesce(not_before, now()), resource_key, resource_seq, replay_key,
-               limit_key, limit_n,
+               limit_key, limit_n, tenant_key,
                CASE WHEN state IN ('pending', 'running') THEN coalesce(not_before, now()) END
         FROM rows ORDER BY ord
         ON CONFLICT DO NOTHING
-        RETURNING id, source, dedup_key, state, queued_due_at, resource_key, limit_key
+        RETURNING id, source, dedup_key, state, queued_due_at, resource_key, limit_key,
+                  tenant_key
     ),
     queued AS (
-        INSERT INTO tickmark_queue (event_seq, due_at, resource_key, limit_key)
-        SELECT id, queued_due_at, resource_key, limit_key FROM inserted
+        INSERT INTO tickmark_queue (event_seq, due_at, resource_key, limit_key, tenant_key)
+        SELECT id, queued_due_at, resource_key, limit_key, tenant_key FROM inserted
         WHERE queued_due_at IS NOT NULL
     )
     SELECT inserted.id, inserted.source, inserted.dedup_key
@@ -69,9 +70,9 @@ pub const DEBOUNCE_LOCK: &str =
 pub const DEBOUNCE_INSERT: &str = "
     INSERT INTO tickmark_events
         (source, dedup_key, kind, payload, plan, state, step_count, due_at, resource_key,
-         resource_seq, replay_key, limit_key, limit_n, debounce_key, burst_started_at)
+         resource_seq, replay_key, limit_key, limit_n, debounce_key, burst_started_at, tenant_key)
     VALUES ($1, $2, $3, $4::json, $5::json, 'pending', $6, now(), $7, $8, $9, $10, $11, $12,
-            now())
+            now(), $13)
     ON CONFLICT DO NOTHING
     RETURNING id, now()";
 

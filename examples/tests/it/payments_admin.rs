@@ -55,6 +55,7 @@ async fn plans_check_passes_for_known_steps_and_flags_unknown_ones() {
             replay_key: None,
             limit_key: None,
             limit_n: None,
+            tenant_key: None,
             debounce: None,
             match_keys: &[],
         })

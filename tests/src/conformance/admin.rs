@@ -577,6 +577,7 @@ pub async fn the_store_enforces_a_transition_the_rules_would_refuse(db: TestDb) 
         resource_seq: None,
         limit_key: None,
         limit_n: None,
+        tenant_key: None,
     });
     for (event_seq, was, decision) in [
         (done, EventState::Done, Decision::Cancel),

@@ -5,6 +5,7 @@
 pub mod admin;
 pub mod blame;
 pub mod blame_suspects;
+pub mod fair_share;
 pub mod fencing;
 pub mod flow;
 pub mod inbox;

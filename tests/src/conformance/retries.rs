@@ -280,6 +280,7 @@ pub async fn an_unknown_step_type_parks_the_event(db: TestDb) {
             replay_key: None,
             limit_key: None,
             limit_n: None,
+            tenant_key: None,
             debounce: None,
             match_keys: &[],
         })

@@ -31,13 +31,14 @@ pub struct PlannedEvent<'r> {
     resource_key: Option<String>,
     resource_seq: Option<i64>,
     limit: Option<(String, i32)>,
+    tenant_key: Option<String>,
     debounce: Option<(&'r Debounce, String)>,
     match_keys: Vec<String>,
 }
 
 /// Plan `event` with `registry`: its handler's plan (or the empty plan of
 /// an ignored event, when no handler takes its source and kind), and the
-/// ordering, concurrency, debounce and match keys its payload gives.
+/// ordering, concurrency, tenant, debounce and match keys its payload gives.
 pub fn plan_event<'r>(
     registry: &'r Registry,
     event: &NewEvent,
@@ -69,6 +70,7 @@ pub fn plan_event<'r>(
         resource_key: ordering.resource_key,
         resource_seq: ordering.resource_seq,
         limit: handler.and_then(|h| h.concurrency_of(&event.source, &event.payload)),
+        tenant_key: handler.and_then(|h| h.tenant_of(&event.payload)),
         debounce,
         match_keys: registry.match_keys_of(&event.source, &event.kind, &event.payload),
     })
@@ -91,6 +93,7 @@ impl PlannedEvent<'_> {
             resource_seq: self.resource_seq,
             limit_key: self.limit.as_ref().map(|(key, _)| key.as_str()),
             limit_n: self.limit.as_ref().map(|(_, n)| *n),
+            tenant_key: self.tenant_key.as_deref(),
             debounce: self
                 .debounce
                 .as_ref()
@@ -115,6 +118,7 @@ impl PlannedEvent<'_> {
             resource_seq: self.resource_seq,
             limit_key: self.limit.as_ref().map(|(key, _)| key.clone()),
             limit_n: self.limit.as_ref().map(|(_, n)| *n),
+            tenant_key: self.tenant_key.clone(),
         })
     }
 

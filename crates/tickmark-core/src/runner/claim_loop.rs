@@ -37,6 +37,13 @@ const MIN_NAP: Duration = Duration::from_millis(10);
 /// free slots before claiming fewer.
 const BATCH_WINDOW: Duration = Duration::from_millis(20);
 
+/// While handlers claim in fair shares per tenant, at most this much work
+/// (at the recent pace) is claimed ahead of the slots: an event claimed
+/// ahead waits in this worker's queue in claim order, so a deep queue of one
+/// tenant's events would hold a newly claimed event of another behind them
+/// (docs/flow_control.md, "Fair share across tenants").
+const FAIR_PREFETCH_HORIZON: Duration = Duration::from_millis(25);
+
 /// Most prefetched events given back at once (statements in flight): 128
 /// round trips for the 512 a worker may hold, and pool connections left to
 /// the running steps' marks even when every release is stuck.
@@ -462,8 +469,12 @@ impl ClaimLoop {
             return 0;
         };
         let per_event = average.max(Duration::from_micros(100)).as_secs_f64();
-        let startable =
-            config.heartbeat_every.as_secs_f64() / per_event * config.concurrency as f64;
+        let horizon = if self.shared.registry.has_tenants() {
+            FAIR_PREFETCH_HORIZON.min(config.heartbeat_every)
+        } else {
+            config.heartbeat_every
+        };
+        let startable = horizon.as_secs_f64() / per_event * config.concurrency as f64;
         config.prefetch.min(startable as usize)
     }
 

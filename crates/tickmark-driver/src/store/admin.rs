@@ -287,6 +287,8 @@ pub struct Replan {
     pub limit_key: Option<String>,
     /// At most this many of the key's events run at once.
     pub limit_n: Option<i32>,
+    /// Fair share: the tenant the event is claimed for.
+    pub tenant_key: Option<String>,
 }
 
 /// How a step settled by hand is recorded.

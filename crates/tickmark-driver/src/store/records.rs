@@ -39,6 +39,10 @@ pub struct EventInsert<'a> {
     pub limit_key: Option<&'a str>,
     /// That limit: at most this many events of `limit_key` running at once.
     pub limit_n: Option<i32>,
+    /// The tenant whose fair share the event is claimed from
+    /// (`Handler::tenant_key`); `None`: claimed in due order, outside any
+    /// tenant's share.
+    pub tenant_key: Option<&'a str>,
     /// Coalesce with the waiting events of a key (debounce): inserted in a
     /// transaction of its own, not batched.
     pub debounce: Option<DebounceInsert<'a>>,
@@ -79,6 +83,7 @@ impl EventInsert<'_> {
             resource_seq: self.resource_seq,
             limit_key: self.limit_key.map(str::to_owned),
             limit_n: self.limit_n,
+            tenant_key: self.tenant_key.map(str::to_owned),
             #[cfg(feature = "sqlite")]
             match_keys: self.match_keys.to_vec(),
         }
@@ -114,6 +119,8 @@ pub struct OwnedEventInsert {
     pub limit_key: Option<String>,
     #[doc(hidden)]
     pub limit_n: Option<i32>,
+    #[doc(hidden)]
+    pub tenant_key: Option<String>,
     /// Only SQLite batches accepts with match keys; PostgreSQL gives them
     /// a transaction of their own (`store/postgres/wait.rs`).
     #[cfg(feature = "sqlite")]
