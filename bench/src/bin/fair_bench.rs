@@ -290,13 +290,7 @@ impl Bench {
         let tenants = quiet_tenants(args.tenants);
         let (loud_before, total_before) = (self.finished.of(LOUD), self.finished.total());
         let stop = CancellationToken::new();
-        let sending = tokio::spawn(send(
-            self.addr,
-            tenants,
-            args.rate,
-            phase,
-            stop.clone(),
-        ));
+        let sending = tokio::spawn(send(self.addr, tenants, args.rate, phase, stop.clone()));
         let started = Instant::now();
         tokio::time::sleep(Duration::from_secs(secs)).await;
         stop.cancel();
