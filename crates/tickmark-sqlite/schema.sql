@@ -55,8 +55,13 @@ CREATE TABLE "tickmark_events" (
     limit_n         INTEGER,
     debounce_key    TEXT,
     burst_started_at TEXT,
-    superseded_by   INTEGER, wait_key TEXT, wait_since TEXT, wait_until TEXT, claimed_alone INTEGER NOT NULL DEFAULT 0, interrupted INTEGER NOT NULL DEFAULT 0, suspect INTEGER NOT NULL DEFAULT 0,
+    superseded_by   INTEGER, wait_key TEXT, wait_since TEXT, wait_until TEXT, claimed_alone INTEGER NOT NULL DEFAULT 0, interrupted INTEGER NOT NULL DEFAULT 0, suspect INTEGER NOT NULL DEFAULT 0, tenant_key TEXT,
     UNIQUE (source, dedup_key)
+) STRICT;
+
+CREATE TABLE tickmark_fair_clock (
+    only_row     INTEGER PRIMARY KEY CHECK (only_row = 1),
+    virtual_time REAL    NOT NULL DEFAULT 0
 ) STRICT;
 
 CREATE TABLE tickmark_match_keys (
@@ -119,6 +124,13 @@ CREATE TABLE tickmark_steps (
     PRIMARY KEY (event_seq, position)
 ) STRICT;
 
+CREATE TABLE tickmark_tenants (
+    tenant_key    TEXT PRIMARY KEY,
+    weight        REAL NOT NULL DEFAULT 1 CHECK (weight > 0 AND weight <= 1000000),
+    pass          REAL NOT NULL DEFAULT 0,
+    weight_set_at TEXT
+) STRICT;
+
 CREATE TABLE tickmark_tombstones (
     source      TEXT NOT NULL,
     -- The first 16 bytes of SHA-256 over `dedup:<dedup key>` or
@@ -148,6 +160,9 @@ CREATE UNIQUE INDEX tickmark_events_replay ON tickmark_events (source, replay_ke
 
 CREATE INDEX tickmark_events_serial ON tickmark_events (resource_key, id)
     WHERE state IN ('pending', 'running') AND resource_key IS NOT NULL;
+
+CREATE INDEX tickmark_events_tenant ON tickmark_events (tenant_key, due_at, id)
+    WHERE state IN ('pending', 'running') AND tenant_key IS NOT NULL;
 
 CREATE INDEX tickmark_events_waiting ON tickmark_events (wait_key)
     WHERE state = 'pending' AND wait_key IS NOT NULL;

@@ -370,8 +370,8 @@ impl Handler {
     /// slot. The value is the tenant's name as it is, not namespaced by the
     /// source: a tenant's events from several sources share one share.
     /// Events without a value at the key are claimed in due order, outside
-    /// any share. PostgreSQL; SQLite stores the key and claims in due order
-    /// (docs/flow_control.md, "Fair share across tenants").
+    /// any share. Both backends (docs/flow_control.md, "Fair share across
+    /// tenants").
     pub fn tenant_key(mut self, key: impl Into<FlowKey>) -> Self {
         self.tenant = Some(key.into());
         self

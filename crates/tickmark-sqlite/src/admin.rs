@@ -113,6 +113,7 @@ impl SqliteStore {
                     .bind(replan.limit_key.as_deref())
                     .bind(replan.limit_n)
                     .bind(now)
+                    .bind(replan.tenant_key.as_deref())
                     .fetch_optional(&mut *conn)
                     .await?,
                 found,

@@ -33,6 +33,7 @@ impl SqliteStore {
             .bind(event.limit_key)
             .bind(event.limit_n)
             .bind(debounce.key)
+            .bind(event.tenant_key)
             .fetch_optional(&mut *tx)
             .await?;
         let Some(seq) = inserted else {

@@ -13,6 +13,7 @@ mod admin;
 mod admin_sql;
 mod caller_transaction;
 mod debounce;
+mod fair;
 mod migrate;
 mod pragmas;
 mod reconcile;
@@ -334,15 +335,25 @@ async fn open_pool(
 const OPEN_TRIES: u32 = 4;
 
 /// A due row as the claim's look-up answers it.
-type DueRow = (i64, String, Option<String>, Option<i32>, i64);
+/// A due event as a claim reads it: row number, state, concurrency key and
+/// limit, the key's running events, tenant, due time.
+type DueRow = (
+    i64,
+    String,
+    Option<String>,
+    Option<i32>,
+    i64,
+    Option<String>,
+    String,
+);
 
 /// Keep a claim batch within each key's concurrency limit: `held` counts the
 /// key's running events before this claim, so the batch may add only
 /// `limit_n - held` more. (Inside the write transaction: exact.)
-fn within_key_limits(due: Vec<DueRow>) -> Vec<(i64, String)> {
+fn within_key_limits(due: Vec<DueRow>) -> Vec<(i64, String, Option<String>)> {
     let mut added: HashMap<String, i64> = HashMap::new();
     due.into_iter()
-        .filter_map(|(seq, state, limit_key, limit_n, held)| {
+        .filter_map(|(seq, state, limit_key, limit_n, held, tenant, _)| {
             if let (Some(key), Some(limit)) = (limit_key, limit_n) {
                 let added = added.entry(key).or_insert(0);
                 if held + *added >= i64::from(limit) {
@@ -350,7 +361,7 @@ fn within_key_limits(due: Vec<DueRow>) -> Vec<(i64, String)> {
                 }
                 *added += 1;
             }
-            Some((seq, state))
+            Some((seq, state, tenant))
         })
         .collect()
 }
@@ -424,6 +435,7 @@ async fn insert_one(
         .bind(event.replay_key.as_deref())
         .bind(event.limit_key.as_deref())
         .bind(event.limit_n)
+        .bind(event.tenant_key.as_deref())
         .fetch_optional(&mut *conn)
         .await?;
     if let (Some(seq), false) = (inserted, event.match_keys.is_empty()) {
@@ -617,20 +629,38 @@ impl Store for SqliteStore {
 
         let (_turn, mut tx) = self.begin_write().await?;
         let now = self.clock.now();
-        let due: Vec<DueRow> = sqlx::query_as(sql::EVENT_DUE)
-            .bind(format_time(now))
-            .bind(i64::from(params.batch_limit()))
-            .bind(&skip_sources)
-            .bind(&skip_kinds)
-            .bind(params.alone)
-            .bind(params.pending)
-            .fetch_all(&mut *tx)
-            .await?;
-        let due = within_key_limits(due);
+        let batch = i64::from(params.batch_limit());
+        // A batch claim is fair while an unfinished event has a tenant
+        // (`fair.rs`); a claim alone takes the oldest suspect.
+        let fair = !params.alone && fair::any_tenant(&mut tx).await?;
+        let (due, fair_clock) = if fair {
+            let binds = fair::ClaimBinds {
+                now: &format_time(now),
+                batch,
+                skip_sources: &skip_sources,
+                skip_kinds: &skip_kinds,
+                pending: params.pending,
+            };
+            let (due, clock) = fair::choose(&mut tx, &binds).await?;
+            (due, Some(clock))
+        } else {
+            let due: Vec<DueRow> = sqlx::query_as(sql::EVENT_DUE)
+                .bind(format_time(now))
+                .bind(batch)
+                .bind(&skip_sources)
+                .bind(&skip_kinds)
+                .bind(params.alone)
+                .bind(params.pending)
+                .fetch_all(&mut *tx)
+                .await?;
+            (due, None)
+        };
+        let mut due = within_key_limits(due);
+        due.truncate(usize::try_from(batch).unwrap_or(usize::MAX));
         if due.is_empty() {
             return Ok(Vec::new());
         }
-        let seqs: Vec<i64> = due.iter().map(|(seq, _)| *seq).collect();
+        let seqs: Vec<i64> = due.iter().map(|(seq, ..)| *seq).collect();
         let seqs_json = serde_json::to_string(&seqs)
             .map_err(|e| StoreError::Corrupt(format!("claim list: {e}")))?;
         let rows = sqlx::query(sql::EVENT_CLAIM)
@@ -641,6 +671,17 @@ impl Store for SqliteStore {
             .bind(params.alone)
             .fetch_all(&mut *tx)
             .await?;
+        if let Some(clock) = fair_clock {
+            let claimed: std::collections::HashSet<i64> = rows
+                .iter()
+                .map(|row| row.try_get("id"))
+                .collect::<Result<_, _>>()?;
+            let tenants = due
+                .iter()
+                .filter(|(seq, ..)| claimed.contains(seq))
+                .filter_map(|(_, _, tenant)| tenant.clone());
+            fair::charge(&mut tx, tenants, clock).await?;
+        }
         tx.commit().await?;
 
         rows.iter()
@@ -648,7 +689,7 @@ impl Store for SqliteStore {
                 let seq: i64 = row.try_get("id")?;
                 let took_over = due
                     .iter()
-                    .any(|(due_seq, state)| *due_seq == seq && state == "running");
+                    .any(|(due_seq, state, _)| *due_seq == seq && state == "running");
                 Ok(ClaimedEvent {
                     event: event_from_row(row)?,
                     plan_json: row.try_get("plan")?,

@@ -8,8 +8,8 @@
 pub const EVENT_INSERT: &str = "
     INSERT INTO tickmark_events
         (source, dedup_key, kind, payload, plan, state, step_count, due_at, received_at,
-         resource_key, resource_seq, replay_key, limit_key, limit_n)
-    VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14)
+         resource_key, resource_seq, replay_key, limit_key, limit_n, tenant_key)
+    VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15)
     ON CONFLICT DO NOTHING
     RETURNING id";
 
@@ -31,7 +31,12 @@ pub const TOMBSTONED: &str = "
 /// while its key is full (the caller keeps a batch within the limit).
 macro_rules! claimable {
     () => {
-        "
+        claimable!("")
+    };
+    // `$also`: one more condition on `e` (a fair claim's tenant).
+    ($also:literal) => {
+        concat!(
+            "
     FROM tickmark_events AS e
     WHERE e.state IN ('pending', 'running') AND e.due_at <= ?1
       AND CASE WHEN e.suspect OR (e.state = 'running' AND (e.claimed_alone OR e.interrupted > 0))
@@ -47,7 +52,23 @@ macro_rules! claimable {
       AND (e.limit_key IS NULL OR (
           SELECT count(*) FROM tickmark_events AS r
           WHERE r.limit_key = e.limit_key AND r.state = 'running' AND r.due_at > ?1) < e.limit_n)
+      ",
+            $also,
+            "
     ORDER BY e.due_at, e.id"
+        )
+    };
+}
+
+/// What a claim reads of each due event: `held` counts a limited event's
+/// key's running events.
+macro_rules! due_columns {
+    () => {
+        "SELECT e.id, e.state, e.limit_key, e.limit_n,
+           CASE WHEN e.limit_key IS NULL THEN 0 ELSE
+               (SELECT count(*) FROM tickmark_events AS r
+                WHERE r.limit_key = e.limit_key AND r.state = 'running' AND r.due_at > ?1)
+           END AS held, e.tenant_key, e.due_at"
     };
 }
 
@@ -62,18 +83,54 @@ pub const EVENT_ANY_DUE: &str = concat!(
 );
 
 /// The due events, walking `tickmark_events_due` in order (inside the write
-/// transaction, so no other writer can claim them in between), at most `?2`;
-/// `held` counts a limited event's key's running events.
+/// transaction, so no other writer can claim them in between), at most `?2`.
 pub const EVENT_DUE: &str = concat!(
-    "SELECT e.id, e.state, e.limit_key, e.limit_n,
-           CASE WHEN e.limit_key IS NULL THEN 0 ELSE
-               (SELECT count(*) FROM tickmark_events AS r
-                WHERE r.limit_key = e.limit_key AND r.state = 'running' AND r.due_at > ?1)
-           END AS held",
+    due_columns!(),
     claimable!(),
     "
     LIMIT ?2"
 );
+
+/// The due events of tenant `?7` a batch claim may take, in due order, at
+/// most `?2` (a fair claim: `fair.rs`).
+pub const EVENT_DUE_OF_TENANT: &str = concat!(
+    due_columns!(),
+    claimable!("AND e.tenant_key = ?7"),
+    "
+    LIMIT ?2"
+);
+
+/// Whether an unfinished event has a tenant: claims are then fair.
+pub const EVENT_ANY_TENANT: &str = "
+    SELECT 1 FROM tickmark_events
+    WHERE state IN ('pending', 'running') AND tenant_key IS NOT NULL
+    LIMIT 1";
+
+/// The first tenant after `?2` (the first of all when NULL) with an event
+/// due at `?1`: one step of a walk over the tenant index.
+pub const TENANT_NEXT_DUE: &str = "
+    SELECT tenant_key FROM tickmark_events
+    WHERE state IN ('pending', 'running') AND tenant_key IS NOT NULL
+      AND (?2 IS NULL OR tenant_key > ?2) AND due_at <= ?1
+    ORDER BY tenant_key
+    LIMIT 1";
+
+/// A tenant's weight and virtual time (none: weight 1, at the clock).
+pub const TENANT_WEIGHT: &str = "SELECT weight, pass FROM tickmark_tenants WHERE tenant_key = ?1";
+
+/// The fleet's virtual time.
+pub const FAIR_CLOCK: &str = "SELECT virtual_time FROM tickmark_fair_clock";
+
+/// Charge tenant `?1` for `?3` events claimed from `?2` (the clock, or its
+/// virtual time if later); answers the start of its last one.
+pub const TENANT_CHARGE: &str = "
+    INSERT INTO tickmark_tenants (tenant_key, pass) VALUES (?1, ?2 + ?3)
+    ON CONFLICT (tenant_key) DO UPDATE SET pass = max(pass, ?2) + ?3 / weight
+    RETURNING pass - 1.0 / weight";
+
+/// Move the clock to `?1` if that is later.
+pub const FAIR_CLOCK_MOVE: &str =
+    "UPDATE tickmark_fair_clock SET virtual_time = ?1 WHERE virtual_time < ?1";
 
 /// Lease the chosen events with new fencing tokens; a running row here had an
 /// expired lease, so this claim takes it over: every claim counts a run,
@@ -326,8 +383,8 @@ pub const DEBOUNCE_INSERT: &str = "
     INSERT INTO tickmark_events
         (source, dedup_key, kind, payload, plan, state, step_count, due_at, received_at,
          resource_key, resource_seq, replay_key, limit_key, limit_n, debounce_key,
-         burst_started_at)
-    VALUES (?1, ?2, ?3, ?4, ?5, 'pending', ?6, ?7, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?7)
+         burst_started_at, tenant_key)
+    VALUES (?1, ?2, ?3, ?4, ?5, 'pending', ?6, ?7, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?7, ?14)
     ON CONFLICT DO NOTHING
     RETURNING id";
 

@@ -27,58 +27,6 @@ mod postgres_only {
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    async fn a_flooding_tenant_does_not_hold_back_another() {
-        let Some(db) = tickmark_tests::TestDb::new(tickmark::Backend::Postgres).await else {
-            return;
-        };
-        tickmark_tests::conformance::fair_share::a_flooding_tenant_does_not_hold_back_another(db)
-            .await;
-    }
-
-    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    async fn claims_follow_the_tenants_weights() {
-        let Some(db) = tickmark_tests::TestDb::new(tickmark::Backend::Postgres).await else {
-            return;
-        };
-        tickmark_tests::conformance::fair_share::claims_follow_the_tenants_weights(db).await;
-    }
-
-    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    async fn a_tenant_alone_gets_the_whole_batch() {
-        let Some(db) = tickmark_tests::TestDb::new(tickmark::Backend::Postgres).await else {
-            return;
-        };
-        tickmark_tests::conformance::fair_share::a_tenant_alone_gets_the_whole_batch(db).await;
-    }
-
-    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    async fn an_idle_tenant_saves_no_slots_for_later() {
-        let Some(db) = tickmark_tests::TestDb::new(tickmark::Backend::Postgres).await else {
-            return;
-        };
-        tickmark_tests::conformance::fair_share::an_idle_tenant_saves_no_slots_for_later(db).await;
-    }
-
-    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    async fn events_without_a_tenant_are_claimed_beside_the_tenants() {
-        let Some(db) = tickmark_tests::TestDb::new(tickmark::Backend::Postgres).await else {
-            return;
-        };
-        tickmark_tests::conformance::fair_share::events_without_a_tenant_are_claimed_beside_the_tenants(db).await;
-    }
-
-    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    async fn a_weight_that_is_not_a_positive_number_is_refused() {
-        let Some(db) = tickmark_tests::TestDb::new(tickmark::Backend::Postgres).await else {
-            return;
-        };
-        tickmark_tests::conformance::fair_share::a_weight_that_is_not_a_positive_number_is_refused(
-            db,
-        )
-        .await;
-    }
-
-    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn the_accepts_check_reads_unanalyzed_tombstones_by_key() {
         let Some(db) = tickmark_tests::TestDb::new(tickmark::Backend::Postgres).await else {
             return;
