@@ -13,7 +13,8 @@ use chrono::{DateTime, Utc};
 use tickmark::store::sqlite::SqliteStore;
 use tickmark::store::{AppConnection, Backend, StepTransaction, Store, StoreError};
 use tickmark_driver::store::admin::{
-    Admin, AuditEntry, Decide, EventFilter, KeySlots, PruneBatch, StatusReport, TransitionError,
+    Admin, AuditEntry, Decide, EventFilter, KeySlots, PruneBatch, StatusReport, TenantRow,
+    TransitionError,
 };
 use tickmark_driver::store::{
     ClaimParams, ClaimedEvent, EventCounts, EventInsert, EventRecord, InsertOutcome, Lease,
@@ -722,5 +723,19 @@ impl Admin for SimStore {
 
     async fn sources(&self) -> Result<Vec<String>, StoreError> {
         self.world.db.block(self.inner.sources())
+    }
+
+    async fn tenant_weight_set(
+        &self,
+        tenant: &str,
+        weight: tickmark_driver::flow::TenantWeight,
+    ) -> Result<(), StoreError> {
+        self.world
+            .db
+            .block(self.inner.tenant_weight_set(tenant, weight))
+    }
+
+    async fn tenants(&self, limit: u32) -> Result<Vec<TenantRow>, StoreError> {
+        self.world.db.block(self.inner.tenants(limit))
     }
 }

@@ -49,6 +49,7 @@ mod retry_windows;
 mod status;
 mod steps;
 mod table;
+mod tenants;
 
 use std::ffi::OsString;
 use std::io::Write;
@@ -147,6 +148,9 @@ enum Command {
     /// Before a deploy: which unfinished events carry plans this build cannot run
     #[command(subcommand)]
     Plans(PlansCommand),
+    /// Fair share across tenants: list tenants, set a tenant's weight at run time
+    #[command(subcommand)]
+    Tenants(tenants::TenantsCommand),
     /// Recover what a provider gave up on, from its own API (Stripe, GitHub, Shopify)
     #[cfg(feature = "reconcile")]
     #[command(long_about = reconcile::LONG_ABOUT, after_help = reconcile::AFTER_HELP)]
@@ -259,6 +263,7 @@ async fn dispatch(cli: Cli, out: Output, handlers: Option<Handlers>) -> Result<(
         Command::Steps(command) => steps::run(store.as_ref(), out, command).await,
         Command::Prune(args) => prune::run(store.as_ref(), out, args).await,
         Command::Plans(PlansCommand::Check) => plans::check(store.as_ref(), out).await,
+        Command::Tenants(command) => tenants::run(store.as_ref(), out, command).await,
         #[cfg(feature = "reconcile")]
         Command::Reconcile(args) => reconcile::run(store, out, args, handlers).await,
     }

@@ -11,9 +11,10 @@ use sqlx::{PgConnection, Row};
 
 use super::{admin_sql as sql, record_from_row, sql as engine_sql, PostgresStore};
 use tickmark_driver::event::EventState;
+use tickmark_driver::flow::TenantWeight;
 use tickmark_driver::store::admin::{
     Admin, AuditEntry, AuditNote, Decide, Decision, EventFilter, EventSnapshot, KeySlots,
-    PruneBatch, StatusReport, TransitionError,
+    PruneBatch, StatusReport, TenantRow, TransitionError,
 };
 use tickmark_driver::store::twin;
 use tickmark_driver::store::{decode, EventRecord, StoreError};
@@ -303,5 +304,38 @@ impl Admin for PostgresStore {
 
     async fn sources(&self) -> Result<Vec<String>, StoreError> {
         twin::sources(&self.db, sql::SOURCES).await
+    }
+
+    async fn tenant_weight_set(
+        &self,
+        tenant: &str,
+        weight: TenantWeight,
+    ) -> Result<(), StoreError> {
+        sqlx::query(sql::TENANT_WEIGHT_SET)
+            .bind(tenant)
+            .bind(weight.get())
+            .execute(&self.db)
+            .await?;
+        Ok(())
+    }
+
+    async fn tenants(&self, limit: u32) -> Result<Vec<TenantRow>, StoreError> {
+        let rows: Vec<(String, f64, i64, i64, Option<DateTime<Utc>>)> =
+            sqlx::query_as(sql::TENANTS)
+                .bind(i64::from(limit))
+                .fetch_all(&self.db)
+                .await?;
+        Ok(rows
+            .into_iter()
+            .map(
+                |(tenant, weight, pending, running, oldest_due_at)| TenantRow {
+                    tenant,
+                    weight,
+                    pending,
+                    running,
+                    oldest_due_at,
+                },
+            )
+            .collect())
     }
 }

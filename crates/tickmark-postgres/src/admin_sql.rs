@@ -208,6 +208,35 @@ pub const EVENT_PRUNE: &str = "
     )
     SELECT count(*) FROM gone";
 
+/// Set tenant $1's weight to $2.
+pub const TENANT_WEIGHT_SET: &str = "
+    INSERT INTO tickmark_tenants (tenant_key, weight, weight_set_at) VALUES ($1, $2, now())
+    ON CONFLICT (tenant_key) DO UPDATE
+    SET weight = EXCLUDED.weight, weight_set_at = EXCLUDED.weight_set_at";
+
+/// The tenants with unfinished events (from the claim queue), most first,
+/// and those whose weight was set; at most $1.
+pub const TENANTS: &str = "
+    WITH queued AS (
+        SELECT q.tenant_key,
+               count(*) FILTER (WHERE e.state = 'pending') AS pending,
+               count(*) FILTER (WHERE e.state = 'running') AS running,
+               min(e.due_at) FILTER (WHERE e.state = 'pending' AND e.due_at <= now())
+                   AS oldest_due_at
+        FROM tickmark_queue AS q
+        JOIN tickmark_events AS e ON e.id = q.event_seq
+        WHERE q.tenant_key IS NOT NULL
+        GROUP BY q.tenant_key
+    )
+    SELECT coalesce(q.tenant_key, w.tenant_key) AS tenant, coalesce(w.weight, 1) AS weight,
+           coalesce(q.pending, 0) AS pending, coalesce(q.running, 0) AS running,
+           q.oldest_due_at
+    FROM queued AS q
+    FULL JOIN (SELECT tenant_key, weight FROM tickmark_tenants
+               WHERE weight_set_at IS NOT NULL) AS w ON w.tenant_key = q.tenant_key
+    ORDER BY coalesce(q.pending, 0) + coalesce(q.running, 0) DESC, 1
+    LIMIT $1";
+
 /// Delete up to $2 tombstones of events accepted more than $1 seconds ago,
 /// oldest first.
 pub const TOMBSTONE_PRUNE: &str = "

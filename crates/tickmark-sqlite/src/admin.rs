@@ -13,9 +13,10 @@ use sqlx::{Row, SqliteConnection};
 use super::time::{format_time, parse_time, parse_time_opt};
 use super::{admin_sql as sql, record_from_row, sql as engine_sql, SqliteStore};
 use tickmark_driver::event::EventState;
+use tickmark_driver::flow::TenantWeight;
 use tickmark_driver::store::admin::{
     Admin, AuditEntry, AuditNote, Decide, Decision, EventFilter, EventSnapshot, KeySlots,
-    PruneBatch, StatusReport, TransitionError,
+    PruneBatch, StatusReport, TenantRow, TransitionError,
 };
 use tickmark_driver::store::tombstone::{key_hash, KeyKind};
 use tickmark_driver::store::twin;
@@ -371,5 +372,41 @@ impl Admin for SqliteStore {
 
     async fn sources(&self) -> Result<Vec<String>, StoreError> {
         twin::sources(&self.pool, sql::SOURCES).await
+    }
+
+    async fn tenant_weight_set(
+        &self,
+        tenant: &str,
+        weight: TenantWeight,
+    ) -> Result<(), StoreError> {
+        let (turn, mut tx) = self.begin_write().await?;
+        sqlx::query(sql::TENANT_WEIGHT_SET)
+            .bind(tenant)
+            .bind(weight.get())
+            .bind(format_time(self.clock.now()))
+            .execute(&mut *tx)
+            .await?;
+        tx.commit().await?;
+        drop(turn);
+        Ok(())
+    }
+
+    async fn tenants(&self, limit: u32) -> Result<Vec<TenantRow>, StoreError> {
+        let rows: Vec<(String, f64, i64, i64, Option<String>)> = sqlx::query_as(sql::TENANTS)
+            .bind(format_time(self.clock.now()))
+            .bind(i64::from(limit))
+            .fetch_all(&self.pool)
+            .await?;
+        rows.into_iter()
+            .map(|(tenant, weight, pending, running, oldest_due_at)| {
+                Ok(TenantRow {
+                    tenant,
+                    weight,
+                    pending,
+                    running,
+                    oldest_due_at: parse_time_opt(oldest_due_at)?,
+                })
+            })
+            .collect()
     }
 }

@@ -186,6 +186,37 @@ pub const TOMBSTONE_KEEP: &str = "
 pub const EVENT_PRUNE: &str = "
     DELETE FROM tickmark_events WHERE id IN (SELECT value FROM json_each(?1))";
 
+/// Set tenant ?1's weight to ?2, at ?3.
+pub const TENANT_WEIGHT_SET: &str = "
+    INSERT INTO tickmark_tenants (tenant_key, weight, weight_set_at) VALUES (?1, ?2, ?3)
+    ON CONFLICT (tenant_key) DO UPDATE
+    SET weight = excluded.weight, weight_set_at = excluded.weight_set_at";
+
+/// The tenants with unfinished events, most first, and those whose weight
+/// was set; at most ?2 (?1: now).
+pub const TENANTS: &str = "
+    WITH queued AS (
+        SELECT tenant_key,
+               sum(state = 'pending') AS pending,
+               sum(state = 'running') AS running,
+               min(CASE WHEN state = 'pending' AND due_at <= ?1 THEN due_at END) AS oldest_due_at
+        FROM tickmark_events
+        WHERE state IN ('pending', 'running') AND tenant_key IS NOT NULL
+        GROUP BY tenant_key
+    ),
+    named AS (
+        SELECT tenant_key FROM queued
+        UNION
+        SELECT tenant_key FROM tickmark_tenants WHERE weight_set_at IS NOT NULL
+    )
+    SELECT n.tenant_key, coalesce(w.weight, 1.0), coalesce(q.pending, 0),
+           coalesce(q.running, 0), q.oldest_due_at
+    FROM named AS n
+    LEFT JOIN queued AS q ON q.tenant_key = n.tenant_key
+    LEFT JOIN tickmark_tenants AS w ON w.tenant_key = n.tenant_key
+    ORDER BY coalesce(q.pending, 0) + coalesce(q.running, 0) DESC, 1
+    LIMIT ?2";
+
 /// Delete up to ?2 tombstones of events accepted before ?1, oldest first.
 pub const TOMBSTONE_PRUNE: &str = "
     DELETE FROM tickmark_tombstones

@@ -16,7 +16,6 @@ use super::{sql, DueRow};
 /// A tenant with events due, as a claim weighs it.
 #[derive(Debug, Clone, PartialEq)]
 pub(crate) struct DueTenant {
-    pub key: String,
     pub weight: f64,
     /// Its virtual time, or the clock if that is later.
     pub start: f64,
@@ -115,13 +114,11 @@ pub(crate) async fn choose(
         .fetch_one(&mut *conn)
         .await?;
     let mut tenants = Vec::new();
-    let mut after: Option<String> = None;
-    while let Some(key) = sqlx::query_scalar::<_, String>(sql::TENANT_NEXT_DUE)
+    let mut next: Option<String> = sqlx::query_scalar(sql::TENANT_FIRST_DUE)
         .bind(binds.now)
-        .bind(after.as_deref())
         .fetch_optional(&mut *conn)
-        .await?
-    {
+        .await?;
+    while let Some(key) = next {
         let (weight, pass): (f64, f64) = sqlx::query_as(sql::TENANT_WEIGHT)
             .bind(&key)
             .fetch_optional(&mut *conn)
@@ -137,13 +134,16 @@ pub(crate) async fn choose(
             .bind(&key)
             .fetch_all(&mut *conn)
             .await?;
+        next = sqlx::query_scalar(sql::TENANT_NEXT_DUE)
+            .bind(binds.now)
+            .bind(&key)
+            .fetch_optional(&mut *conn)
+            .await?;
         tenants.push(DueTenant {
-            key: key.clone(),
             weight,
             start: pass.max(clock),
             due,
         });
-        after = Some(key);
     }
     // Events without a tenant: those among the first batch due (the due
     // index, as an unfair claim reads it), as PostgreSQL's claim takes them.
@@ -225,13 +225,11 @@ mod tests {
     #[test]
     fn candidates_interleave_by_virtual_finish_time() {
         let loud = DueTenant {
-            key: "loud".to_owned(),
             weight: 1.0,
             start: 10.0,
             due: (1..=5).map(|id| row(id, "t1", Some("loud"))).collect(),
         };
         let quiet = DueTenant {
-            key: "quiet".to_owned(),
             weight: 1.0,
             start: 10.0,
             due: vec![row(9, "t2", Some("quiet"))],

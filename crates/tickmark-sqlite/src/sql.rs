@@ -100,18 +100,28 @@ pub const EVENT_DUE_OF_TENANT: &str = concat!(
     LIMIT ?2"
 );
 
-/// Whether an unfinished event has a tenant: claims are then fair.
+/// Whether an unfinished event has a tenant: claims are then fair. (The
+/// tenant index, named: an empty one answers at once, however long the
+/// backlog of events without a tenant.)
 pub const EVENT_ANY_TENANT: &str = "
-    SELECT 1 FROM tickmark_events
+    SELECT 1 FROM tickmark_events INDEXED BY tickmark_events_tenant
     WHERE state IN ('pending', 'running') AND tenant_key IS NOT NULL
     LIMIT 1";
 
-/// The first tenant after `?2` (the first of all when NULL) with an event
-/// due at `?1`: one step of a walk over the tenant index.
+/// The first tenant with an event due at `?1`: where a walk over the
+/// tenant index starts ([`TENANT_NEXT_DUE`] goes on). The index is named:
+/// left to choose, SQLite walked the due index and sorted every due event.
+pub const TENANT_FIRST_DUE: &str = "
+    SELECT tenant_key FROM tickmark_events INDEXED BY tickmark_events_tenant
+    WHERE state IN ('pending', 'running') AND tenant_key IS NOT NULL AND due_at <= ?1
+    ORDER BY tenant_key
+    LIMIT 1";
+
+/// The first tenant after `?2` with an event due at `?1` (a range of the
+/// tenant index: `?2 IS NULL OR …` here would read all of it).
 pub const TENANT_NEXT_DUE: &str = "
-    SELECT tenant_key FROM tickmark_events
-    WHERE state IN ('pending', 'running') AND tenant_key IS NOT NULL
-      AND (?2 IS NULL OR tenant_key > ?2) AND due_at <= ?1
+    SELECT tenant_key FROM tickmark_events INDEXED BY tickmark_events_tenant
+    WHERE state IN ('pending', 'running') AND tenant_key > ?2 AND due_at <= ?1
     ORDER BY tenant_key
     LIMIT 1";
 

@@ -6,4 +6,4 @@
 //! [`FlowKey`]: JSON pointers into the payload. The guide is
 //! docs/flow_control.md.
 
-pub use tickmark_driver::flow::{FlowKey, RateLimit, RateLimitError};
+pub use tickmark_driver::flow::{FlowKey, RateLimit, RateLimitError, TenantWeight, WeightError};

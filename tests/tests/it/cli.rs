@@ -606,6 +606,74 @@ async fn plans_check_lists_plans_this_build_cannot_run(db: TestDb) {
     assert!(human.stdout.contains("1 unfinished event(s)"), "{human:?}");
 }
 
+/// `tickmark tenants`: a weight set at run time is listed and used by the
+/// next claim; a weight that is not a positive number is refused with exit
+/// 2 and writes nothing; the list shows each tenant's backlog.
+async fn tenants_weight_is_set_listed_and_refused_when_not_positive(db: TestDb) {
+    let empty = tickmark(&db, &["tenants", "list"]).await.ok();
+    assert!(empty.stdout.contains("no tenants"), "{empty:?}");
+
+    let set = tickmark(&db, &["tenants", "weight", "acct_big", "3"])
+        .await
+        .ok();
+    assert!(set.stdout.contains("weight 3"), "{set:?}");
+    for refused in ["0", "-2", "NaN", "heavy", "inf"] {
+        let run = tickmark(&db, &["tenants", "weight", "acct_big", refused]).await;
+        assert_eq!(run.code, 2, "{refused}: {run:?}");
+        assert!(
+            run.stderr.contains("nothing was changed"),
+            "{refused}: {run:?}"
+        );
+    }
+
+    let handlers = Handlers::new().on(
+        "stripe",
+        "invoice.paid",
+        Handler::new()
+            .named_step("first", Record::default())
+            .tenant_key("/account"),
+    );
+    let engine = engine(&db, handlers);
+    for (account, count) in [("acct_big", 40), ("acct_small", 40)] {
+        for n in 0..count {
+            let id = format!("evt_{account}_{n}");
+            engine
+                .accept(NewEvent::with_id(
+                    "stripe",
+                    &id,
+                    "invoice.paid",
+                    json!({"account": account}),
+                ))
+                .await
+                .unwrap();
+        }
+    }
+    let listed = tickmark(&db, &["tenants", "list", "--json"])
+        .await
+        .ok()
+        .json();
+    let tenants = listed["tenants"].as_array().expect("a list");
+    assert_eq!(tenants.len(), 2, "{listed}");
+    let big = tenants.iter().find(|t| t["tenant"] == "acct_big").unwrap();
+    assert_eq!(
+        (big["weight"].as_f64(), big["pending"].as_i64()),
+        (Some(3.0), Some(40))
+    );
+
+    let claimed = db
+        .store
+        .event_claim_many(&ClaimParams::new("w", 20, Duration::from_secs(30)))
+        .await
+        .unwrap();
+    let big_share = claimed
+        .iter()
+        .filter(|c| c.event.payload["account"] == "acct_big")
+        .count();
+    assert_eq!(big_share, 15, "weight 3 against 1: three quarters of 20");
+    let human = tickmark(&db, &["tenants", "list"]).await.ok();
+    assert!(human.stdout.contains("acct_small"), "{human:?}");
+}
+
 /// What a hostile sender or a careless step puts in remote text: colour, a
 /// window-title change ended by BEL, a C1 control sequence introducer, a
 /// right-to-left override, a line break and a tab.
@@ -860,6 +928,7 @@ tickmark_tests::per_backend!(fresh_db => [
     plans_check_lists_plans_this_build_cannot_run,
     remote_text_reaches_the_terminal_inert,
     a_wait_is_explained_then_fed_or_timed_out_by_hand,
+    tenants_weight_is_set_listed_and_refused_when_not_positive,
 ]);
 
 /// `--help` answers: what each command does, examples, and the exit codes.
@@ -885,6 +954,8 @@ async fn help_lists_commands_examples_and_exit_codes() {
         &["prune", "--help"],
         &["status", "--help"],
         &["migrate", "--help"],
+        &["tenants", "weight", "--help"],
+        &["tenants", "list", "--help"],
     ] {
         let help = run(command).await.ok();
         assert!(

@@ -13,8 +13,10 @@
 mod debounce;
 mod key;
 mod rate_limit;
+mod tenant;
 
 pub use debounce::Debounce;
 pub use key::scalar_text;
 pub use key::FlowKey;
 pub use rate_limit::{RateLimit, RateLimitError, RateLimitUse};
+pub use tenant::{TenantWeight, WeightError, MAX_WEIGHT};

@@ -32,6 +32,21 @@ pub struct EventFilter {
     pub limit: u32,
 }
 
+/// A tenant of fair claiming (`Handler::tenant_key`), as an operator sees it.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct TenantRow {
+    /// The tenant's key (a shop, a connected account).
+    pub tenant: String,
+    /// Its weight (1 unless set).
+    pub weight: f64,
+    /// Its events waiting to run (due now or later).
+    pub pending: i64,
+    /// Its events running now.
+    pub running: i64,
+    /// Due since when, its oldest event due now and not running.
+    pub oldest_due_at: Option<DateTime<Utc>>,
+}
+
 /// Who holds the slots of a concurrency-limited event's key
 /// (`Handler::concurrency_per`).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -140,6 +155,18 @@ pub trait Admin: super::sealed::Sealed + Send + Sync {
     /// `prune.dedup_window` ([`tombstone`](super::tombstone)). Returns how
     /// many events were deleted (fewer than the batch: nothing is left).
     async fn event_prune(&self, prune: &PruneBatch) -> Result<u64, StoreError>;
+
+    /// Set `tenant`'s weight in fair claiming, fleet-wide from the next
+    /// claim on.
+    async fn tenant_weight_set(
+        &self,
+        tenant: &str,
+        weight: crate::flow::TenantWeight,
+    ) -> Result<(), StoreError>;
+
+    /// The tenants with unfinished events, most unfinished first, and those
+    /// whose weight was set; at most `limit`.
+    async fn tenants(&self, limit: u32) -> Result<Vec<TenantRow>, StoreError>;
 
     /// Delete up to `batch` tombstones of events accepted more than
     /// `dedup_window` ago, oldest first: their keys may be accepted again.
