@@ -10,6 +10,7 @@ use super::format::time;
 use super::table::Table;
 use super::{Failure, Output};
 use tickmark_driver::event::EventState;
+use tickmark_driver::store::admin::TenantRow;
 use tickmark_driver::store::ReconcileSummary;
 use tickmark_driver::store::Store;
 
@@ -20,7 +21,9 @@ Shows event counts by state and source; how long the oldest due, unclaimed event
 waited (a growing number means too few workers, or none); dead letters (events that
 wait for an operator); stuck events (running, but their lease expired without a mark:
 their worker died or stalled, and another worker will take them over); and how many
-events finished per minute over the last --minutes minutes, newest first.";
+events finished per minute over the last --minutes minutes, newest first. When handlers
+claim in fair shares per tenant, the five tenants with the most unfinished events too
+(`tickmark tenants list` for more).";
 
 pub(crate) const AFTER_HELP: &str = "\
 Examples:
@@ -55,7 +58,12 @@ struct Status {
     missing_subscriptions: Vec<SourceMissing>,
     /// Sources whose last reconcile run failed: the error and when.
     reconcile_failures: Vec<ReconcileFailure>,
+    /// The tenants of fair claiming with the most unfinished events.
+    tenants: Vec<TenantRow>,
 }
+
+/// Tenants `tickmark status` shows (`tickmark tenants list` shows more).
+const STATUS_TENANTS: u32 = 5;
 
 #[derive(Serialize)]
 struct ReconcileFailure {
@@ -123,6 +131,7 @@ pub(crate) async fn run(store: &dyn Store, out: Output, args: StatusArgs) -> Res
         done_per_minute: report.done_per_minute.clone(),
         missing_subscriptions,
         reconcile_failures,
+        tenants: store.tenants(STATUS_TENANTS).await?,
     };
     out.emit(&status, || render(&status, &report.oldest_pending_age))
 }
@@ -200,6 +209,10 @@ fn render(status: &Status, oldest: &Option<std::time::Duration>) -> String {
         ),
     ]);
     text.push_str(&facts.render());
+    if !status.tenants.is_empty() {
+        text.push('\n');
+        text.push_str(&super::tenants::table(&status.tenants, chrono::Utc::now()));
+    }
     for missing in &status.missing_subscriptions {
         text.push_str(&format!(
             "warning: {}: the provider has no webhook subscription for {} to {}; its events \

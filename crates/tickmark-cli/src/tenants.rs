@@ -1,7 +1,7 @@
 //! `tickmark tenants`: the tenants of fair claiming (`Handler::tenant_key`),
 //! their weights and backlogs, and setting a tenant's weight at run time.
 
-use chrono::Utc;
+use chrono::{DateTime, Utc};
 use clap::{Args, Subcommand};
 use serde::Serialize;
 
@@ -93,21 +93,27 @@ async fn list(store: &dyn Store, out: Output, args: ListArgs) -> Result<(), Fail
                     (a handler names its tenant with `Handler::tenant_key`)\n"
                 .to_owned();
         }
-        let mut table = Table::new(["TENANT", "WEIGHT", "PENDING", "RUNNING", "OLDEST DUE"])
-            .right_aligned(&[1, 2, 3]);
-        for tenant in &listed.tenants {
-            table.row(vec![
-                tenant.tenant.clone(),
-                tenant.weight.to_string(),
-                tenant.pending.to_string(),
-                tenant.running.to_string(),
-                tenant
-                    .oldest_due_at
-                    .map_or_else(|| "-".to_owned(), |at| format::relative(at, now)),
-            ]);
-        }
-        table.render()
+        table(&listed.tenants, now)
     })
+}
+
+/// The tenants as a table: weight, pending, running, oldest due (`tickmark
+/// tenants list`, `tickmark status`).
+pub(crate) fn table(tenants: &[TenantRow], now: DateTime<Utc>) -> String {
+    let mut table = Table::new(["TENANT", "WEIGHT", "PENDING", "RUNNING", "OLDEST DUE"])
+        .right_aligned(&[1, 2, 3]);
+    for tenant in tenants {
+        table.row(vec![
+            tenant.tenant.clone(),
+            tenant.weight.to_string(),
+            tenant.pending.to_string(),
+            tenant.running.to_string(),
+            tenant
+                .oldest_due_at
+                .map_or_else(|| "-".to_owned(), |at| format::relative(at, now)),
+        ]);
+    }
+    table.render()
 }
 
 async fn set_weight(store: &dyn Store, out: Output, args: WeightArgs) -> Result<(), Failure> {

@@ -672,6 +672,12 @@ async fn tenants_weight_is_set_listed_and_refused_when_not_positive(db: TestDb) 
     assert_eq!(big_share, 15, "weight 3 against 1: three quarters of 20");
     let human = tickmark(&db, &["tenants", "list"]).await.ok();
     assert!(human.stdout.contains("acct_small"), "{human:?}");
+    let status = tickmark(&db, &["status", "--json"]).await.ok().json();
+    assert_eq!(
+        status["tenants"].as_array().map(Vec::len),
+        Some(2),
+        "{status}"
+    );
 }
 
 /// What a hostile sender or a careless step puts in remote text: colour, a

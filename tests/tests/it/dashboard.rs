@@ -37,6 +37,7 @@ tickmark_tests::per_backend!(fresh_db => [
     metrics_are_valid_prometheus_text_and_move_with_work,
     an_event_page_says_which_limit_holds_the_event_back,
     a_waiting_step_shows_what_it_waits_for_on_the_page_and_in_metrics,
+    tenants_show_on_the_overview_and_in_metrics_with_bounded_labels,
 ]);
 
 // ---------------------------------------------------------------------------
@@ -162,6 +163,52 @@ fn table<'a>(html: &'a str, id: &str) -> &'a str {
 
 // ---------------------------------------------------------------------------
 // Pages
+
+/// The tenants of fair claiming, on the overview (most unfinished first)
+/// and on `/metrics`: the ten with the most by name, the rest added up as
+/// `tenant="other"`.
+pub async fn tenants_show_on_the_overview_and_in_metrics_with_bounded_labels(db: TestDb) {
+    let handlers = Handlers::new().on(
+        "stripe",
+        "invoice.paid",
+        Handler::new()
+            .named_step("first", Record::default())
+            .tenant_key("/account"),
+    );
+    let engine = engine(&db, handlers);
+    // Twelve tenants: shop-0 has 13 events, shop-1 12, … shop-11 2.
+    for shop in 0..12 {
+        for n in 0..(13 - shop) {
+            let id = format!("evt_{shop}_{n}");
+            let payload = serde_json::json!({ "account": format!("shop-{shop}") });
+            accept(&engine, "stripe", &id, "invoice.paid", payload).await;
+        }
+    }
+    let router = Dashboard::new(engine.clone()).token(TOKEN).router();
+
+    let overview = page(&get(&router, "/").await);
+    let tenants = table(&overview, "tenants");
+    assert!(
+        tenants.contains(">shop-0<") && tenants.contains(">13<"),
+        "{tenants}"
+    );
+    assert!(!tenants.contains(">shop-11<"), "ten shown: {tenants}");
+
+    let ops = tickmark::ops::router(
+        engine.clone(),
+        Some(Dashboard::new(engine.clone()).token(TOKEN)),
+    );
+    let metrics = text(&get(&ops, "/metrics").await);
+    for line in [
+        "tickmark_tenant_events{tenant=\"shop-0\",state=\"pending\"} 13",
+        "tickmark_tenant_events{tenant=\"shop-9\",state=\"pending\"} 4",
+        // shop-10 and shop-11: 3 + 2.
+        "tickmark_tenant_events{tenant=\"other\",state=\"pending\"} 5",
+    ] {
+        assert!(metrics.lines().any(|l| l == line), "{line} in\n{metrics}");
+    }
+    assert!(!metrics.contains("shop-10"), "{metrics}");
+}
 
 /// The overview counts by source and state, the list shows every event,
 /// and an event's page has its step-status table (names, states, keys,

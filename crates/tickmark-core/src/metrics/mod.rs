@@ -19,6 +19,8 @@
 //! | `tickmark_oldest_pending_age_seconds` | gauge | age of the oldest due, unclaimed event |
 //! | `tickmark_events_waiting` | gauge | events waiting at a wait step (for another event, or a time), from the database |
 //! | `tickmark_events_stuck` | gauge | running events whose lease expired without a mark (their worker died or stalled) |
+//! | `tickmark_tenant_events` | gauge | `tenant`, `state` (`pending`, `running`) — unfinished events per tenant of fair claiming: the ten with the most by name, the rest as `other`, from the database |
+//! | `tickmark_tenant_oldest_due_age_seconds` | gauge | `tenant` — how long the tenant's oldest due, unclaimed event has waited (the same ten and `other`) |
 //! | `tickmark_events_reconciled_total` | counter | `source`, `outcome` (`recorded`, `redelivered`) — missed events this process's reconciler recovered from the provider's API |
 //! | `tickmark_reconcile_runs_failed_total` | counter | `source` — reconcile runs of this process that failed (the next resumes from the cursor) |
 //! | `tickmark_reconcile_last_run_failed` | gauge | `source` — 1 when the source's last reconcile run (of any process) failed, else 0, from the database; its error is in `tickmark status` |

@@ -14,6 +14,7 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::registry::Registry;
 
 use super::{Label, Metrics};
+use tickmark_driver::store::admin::TenantRow;
 use tickmark_driver::store::ReconcileSummary;
 use tickmark_driver::store::{EventCounts, ReconcileCursor, Store, StoreError};
 
@@ -45,19 +46,31 @@ impl RenderError {
 pub async fn render(metrics: &Metrics, store: &dyn Store) -> Result<String, RenderError> {
     let counts = store.event_counts().await?;
     let reconciled = store.reconcile_cursors().await?;
-    Ok(exposition(metrics, &counts, &reconciled)?)
+    let tenants = store.tenants(MAX_TENANTS_READ).await?;
+    Ok(exposition(metrics, &counts, &reconciled, &tenants)?)
 }
 
-/// The exposition for `metrics`, the database's `counts` and the sources'
-/// last reconcile runs.
+/// Tenants shown by name on `/metrics`, those with the most unfinished
+/// events; the rest add up under `tenant="other"`, so a platform of ten
+/// thousand shops exports a dozen series, not ten thousand.
+pub const TOP_TENANTS: usize = 10;
+
+/// At most this many tenants read per scrape (those with the most
+/// unfinished events); beyond them, `other` undercounts.
+const MAX_TENANTS_READ: u32 = 10_000;
+
+/// The exposition for `metrics`, the database's `counts`, the sources'
+/// last reconcile runs and the tenants (most unfinished first).
 fn exposition(
     metrics: &Metrics,
     counts: &EventCounts,
     reconciled: &[ReconcileCursor],
+    tenants: &[TenantRow],
 ) -> Result<String, std::fmt::Error> {
     let mut registry = Registry::default();
     register_process(&mut registry, metrics);
     register_database(&mut registry, counts);
+    register_tenants(&mut registry, tenants);
     register_subscriptions(&mut registry, reconciled);
     register_last_runs(&mut registry, reconciled);
     let mut out = String::with_capacity(4096);
@@ -177,6 +190,45 @@ fn register_database(registry: &mut Registry, counts: &EventCounts) {
     );
 }
 
+/// Per tenant of fair claiming, the [`TOP_TENANTS`] with the most
+/// unfinished events by name and the rest as `other`: events pending and
+/// running, and how long the oldest due one has waited.
+fn register_tenants(registry: &mut Registry, tenants: &[TenantRow]) {
+    let events = Family::<[Label; 2], Gauge>::default();
+    let waited = Family::<[Label; 1], Gauge<f64, AtomicU64>>::default();
+    let now = chrono::Utc::now();
+    for (rank, tenant) in tenants.iter().enumerate() {
+        let name = if rank < TOP_TENANTS {
+            tenant.tenant.clone()
+        } else {
+            "other".to_owned()
+        };
+        for (state, count) in [("pending", tenant.pending), ("running", tenant.running)] {
+            events
+                .get_or_create(&[("tenant", name.clone()), ("state", state.to_owned())])
+                .inc_by(count);
+        }
+        let age = tenant
+            .oldest_due_at
+            .and_then(|at| (now - at).to_std().ok())
+            .map_or(0.0, |age| age.as_secs_f64());
+        let gauge = waited.get_or_create(&[("tenant", name)]);
+        if age > gauge.get() {
+            gauge.set(age);
+        }
+    }
+    registry.register(
+        "tickmark_tenant_events",
+        "Unfinished events of each tenant of fair claiming, by state (pending, running): the tenants with the most by name, the rest as tenant=\"other\" (from the database)",
+        events,
+    );
+    registry.register(
+        "tickmark_tenant_oldest_due_age_seconds",
+        "How long each tenant's oldest due, unclaimed event has waited (0 when none): the tenants with the most unfinished events by name, the rest as tenant=\"other\" (from the database)",
+        waited,
+    );
+}
+
 /// Per source whose last reconcile run checked subscriptions: how many the
 /// handlers need that the provider no longer has.
 fn register_subscriptions(registry: &mut Registry, reconciled: &[ReconcileCursor]) {
@@ -243,7 +295,7 @@ mod tests {
         metrics.step_failed("send", true);
         metrics.leases_lost(3);
         metrics.wait("matched");
-        let text = exposition(&metrics, &counts(), &[]).unwrap();
+        let text = exposition(&metrics, &counts(), &[], &[]).unwrap();
         for line in [
             "# TYPE tickmark_steps_done counter",
             "tickmark_steps_done_total{step=\"render\"} 1",
@@ -267,7 +319,7 @@ mod tests {
     fn a_histogram_counts_into_every_bucket_at_or_above_the_value() {
         let metrics = Metrics::default();
         metrics.step_done("render", Duration::from_millis(300));
-        let text = exposition(&metrics, &counts(), &[]).unwrap();
+        let text = exposition(&metrics, &counts(), &[], &[]).unwrap();
         let bucket = |le: &str| {
             format!("tickmark_step_duration_seconds_bucket{{le=\"{le}\",step=\"render\"}}")
         };
@@ -284,11 +336,39 @@ mod tests {
         assert_eq!(value("+Inf"), "1");
     }
 
+    fn tenant(name: &str, pending: i64) -> TenantRow {
+        TenantRow {
+            tenant: name.to_owned(),
+            weight: 1.0,
+            pending,
+            running: 1,
+            oldest_due_at: None,
+        }
+    }
+
+    #[test]
+    fn the_top_tenants_are_named_and_the_rest_add_up_as_other() {
+        let tenants: Vec<TenantRow> = (0..13)
+            .map(|n| tenant(&format!("shop-{n}"), 100 - n))
+            .collect();
+        let text = exposition(&Metrics::default(), &counts(), &[], &tenants).unwrap();
+        for line in [
+            "tickmark_tenant_events{tenant=\"shop-0\",state=\"pending\"} 100",
+            "tickmark_tenant_events{tenant=\"shop-9\",state=\"running\"} 1",
+            // shop-10, 11 and 12: 90 + 89 + 88 pending, one running each.
+            "tickmark_tenant_events{tenant=\"other\",state=\"pending\"} 267",
+            "tickmark_tenant_events{tenant=\"other\",state=\"running\"} 3",
+        ] {
+            assert!(text.lines().any(|l| l == line), "{line} in\n{text}");
+        }
+        assert!(!text.contains("shop-10"), "{text}");
+    }
+
     #[test]
     fn label_values_are_escaped() {
         let metrics = Metrics::default();
         metrics.step_done("a\"b\\c\nd", Duration::ZERO);
-        let text = exposition(&metrics, &counts(), &[]).unwrap();
+        let text = exposition(&metrics, &counts(), &[], &[]).unwrap();
         assert!(
             text.contains(r#"tickmark_steps_done_total{step="a\"b\\c\nd"} 1"#),
             "{text}"

@@ -12,7 +12,7 @@ use crate::links::Base;
 use crate::viewer::Viewer;
 use crate::{store_failure, Shared};
 use tickmark_driver::event::EventState;
-use tickmark_driver::store::admin::{EventFilter, StatusReport};
+use tickmark_driver::store::admin::{EventFilter, StatusReport, TenantRow};
 use tickmark_driver::store::{EventRecord, ReconcileCursor};
 use tickmark_driver::store::{MissingSubscription, ReconcileSummary};
 
@@ -21,6 +21,9 @@ const MINUTES: u32 = 60;
 
 /// How many recent dead letters the overview lists.
 const DEAD_SHOWN: u32 = 10;
+
+/// How many tenants of fair claiming the overview lists (most unfinished first).
+const TENANTS_SHOWN: u32 = 10;
 
 pub(crate) async fn page(State(shared): State<Arc<Shared>>, viewer: Viewer) -> Page {
     let store = shared.engine.store();
@@ -43,6 +46,10 @@ pub(crate) async fn page(State(shared): State<Arc<Shared>>, viewer: Viewer) -> P
         Ok(rows) => rows,
         Err(error) => return store_failure(&viewer, &error),
     };
+    let tenants = match store.tenants(TENANTS_SHOWN).await {
+        Ok(rows) => rows,
+        Err(error) => return store_failure(&viewer, &error),
+    };
     let counts = Counts::of(&report);
     let base = &viewer.base;
     let body = html! {
@@ -54,6 +61,7 @@ pub(crate) async fn page(State(shared): State<Arc<Shared>>, viewer: Viewer) -> P
         (counts_table(base, &counts))
         h2 { "Events done per minute, last " (MINUTES) " minutes" }
         (throughput(&report.done_per_minute))
+        (tenants_table(&tenants))
         (dead_letters(base, &dead))
         (reconciliation(&reconciled))
     };
@@ -189,6 +197,42 @@ fn counts_table(base: &Base, counts: &Counts<'_>) -> Markup {
                         }
                     }
                     td.num { (by_state.values().sum::<i64>()) }
+                }
+            }
+        }
+    }
+}
+
+/// The tenants of fair claiming with the most unfinished events (nothing
+/// when no handler names a tenant): weight, pending, running, and how long
+/// the oldest due event has waited.
+fn tenants_table(tenants: &[TenantRow]) -> Markup {
+    if tenants.is_empty() {
+        return html! {};
+    }
+    let now = chrono::Utc::now();
+    html! {
+        h2 { "Tenants (fair share), most unfinished first" }
+        table.data.compact #tenants {
+            tr {
+                th { "tenant" }
+                th.num { "weight" }
+                th.num { "pending" }
+                th.num { "running" }
+                th.num { "oldest due waited" }
+            }
+            @for tenant in tenants {
+                tr {
+                    td { (clip(&tenant.tenant, 64)) }
+                    td.num { (tenant.weight) }
+                    td.num { (tenant.pending) }
+                    td.num { (tenant.running) }
+                    td.num {
+                        @match tenant.oldest_due_at.and_then(|at| (now - at).to_std().ok()) {
+                            Some(waited) => (format!("{:.1} s", waited.as_secs_f64())),
+                            None => "-",
+                        }
+                    }
                 }
             }
         }
