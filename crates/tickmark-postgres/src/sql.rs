@@ -52,11 +52,9 @@ pub const EVENT_INSERT_MANY: &str = "
 /// had not analyzed yet (just after a big prune) the planner hashed the
 /// tombstones by source and compared every event of the batch with every
 /// tombstone of its source: 29 s for a batch of 256 with 50,000 tombstones.
-/// One subquery for both keys (`key_hash IN (…) LIMIT 1`) read the whole
-/// table in one CI run (the server's scan counters said so; the same state
-/// by hand planned an index scan): a `LIMIT` lets the planner prefer a scan
-/// it expects to stop early when it guesses many matching rows. Each
-/// subquery here names the whole key and has no `LIMIT`.
+/// Each subquery names the whole key, so it needs no `LIMIT` (with one, a
+/// planner that guesses many matching rows may prefer a scan it expects to
+/// stop early).
 pub const TOMBSTONED_UNDO: &str = "
     DELETE FROM tickmark_events AS e
     WHERE e.id = ANY($1)
