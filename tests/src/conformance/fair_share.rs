@@ -15,7 +15,9 @@ use super::engine;
 use crate::test_steps::Record;
 use crate::TestDb;
 
-fn fair_handlers() -> Handlers {
+/// `stripe/invoice.paid`, one recording step, claimed in fair shares per
+/// connected account (`/account`).
+pub fn fair_handlers() -> Handlers {
     Handlers::new().on(
         "stripe",
         "invoice.paid",
@@ -26,7 +28,7 @@ fn fair_handlers() -> Handlers {
 }
 
 /// Accept `count` events of `account`, ids `evt_{account}_{n}`.
-async fn accept(engine: &Engine, account: &str, count: usize) {
+pub async fn accept(engine: &Engine, account: &str, count: usize) {
     for n in 0..count {
         let id = format!("evt_{account}_{n}");
         let payload = json!({"id": id, "account": account});

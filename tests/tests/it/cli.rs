@@ -13,7 +13,7 @@ use serde_json::{json, Value};
 use tickmark::{EventState, Handler, Handlers, NewEvent, Step, StepContext, StepError, StepResult};
 use tickmark_driver::store::ClaimParams;
 use tickmark_tests::conformance::admin::{age, broken_second, three_steps};
-use tickmark_tests::conformance::{engine, order_paid, quick_worker};
+use tickmark_tests::conformance::{engine, fair_share, order_paid, quick_worker};
 use tickmark_tests::test_steps::{Record, WaitForCancel};
 use tickmark_tests::{wait, TestDb};
 use tokio_util::sync::CancellationToken;
@@ -626,28 +626,9 @@ async fn tenants_weight_is_set_listed_and_refused_when_not_positive(db: TestDb) 
         );
     }
 
-    let handlers = Handlers::new().on(
-        "stripe",
-        "invoice.paid",
-        Handler::new()
-            .named_step("first", Record::default())
-            .tenant_key("/account"),
-    );
-    let engine = engine(&db, handlers);
-    for (account, count) in [("acct_big", 40), ("acct_small", 40)] {
-        for n in 0..count {
-            let id = format!("evt_{account}_{n}");
-            engine
-                .accept(NewEvent::with_id(
-                    "stripe",
-                    &id,
-                    "invoice.paid",
-                    json!({"account": account}),
-                ))
-                .await
-                .unwrap();
-        }
-    }
+    let engine = engine(&db, fair_share::fair_handlers());
+    fair_share::accept(&engine, "acct_big", 40).await;
+    fair_share::accept(&engine, "acct_small", 40).await;
     let listed = tickmark(&db, &["tenants", "list", "--json"])
         .await
         .ok()

@@ -15,7 +15,7 @@ use tickmark::{
     Engine, EventState, Handler, Handlers, NewEvent, Receiver, Step, StepContext, StepError,
     StepResult,
 };
-use tickmark_tests::conformance::{engine, order_paid, quick_worker};
+use tickmark_tests::conformance::{engine, fair_share, order_paid, quick_worker};
 use tickmark_tests::http_client::{oneshot, Outgoing, Reply};
 use tickmark_tests::test_steps::{Flaky, Record};
 use tickmark_tests::TestDb;
@@ -168,21 +168,10 @@ fn table<'a>(html: &'a str, id: &str) -> &'a str {
 /// and on `/metrics`: the ten with the most by name, the rest added up as
 /// `tenant="other"`.
 pub async fn tenants_show_on_the_overview_and_in_metrics_with_bounded_labels(db: TestDb) {
-    let handlers = Handlers::new().on(
-        "stripe",
-        "invoice.paid",
-        Handler::new()
-            .named_step("first", Record::default())
-            .tenant_key("/account"),
-    );
-    let engine = engine(&db, handlers);
+    let engine = engine(&db, fair_share::fair_handlers());
     // Twelve tenants: shop-0 has 13 events, shop-1 12, … shop-11 2.
     for shop in 0..12 {
-        for n in 0..(13 - shop) {
-            let id = format!("evt_{shop}_{n}");
-            let payload = serde_json::json!({ "account": format!("shop-{shop}") });
-            accept(&engine, "stripe", &id, "invoice.paid", payload).await;
-        }
+        fair_share::accept(&engine, &format!("shop-{shop}"), 13 - shop).await;
     }
     let router = Dashboard::new(engine.clone()).token(TOKEN).router();
 
