@@ -590,10 +590,15 @@ impl Handlers {
                 });
             }
         }
+        let has_tenants = by_source
+            .values()
+            .flat_map(HashMap::values)
+            .any(|handler| handler.tenant.is_some());
         Ok(Registry {
             by_source,
             rate_limits,
             waited_on,
+            has_tenants,
         })
     }
 }
@@ -690,6 +695,8 @@ pub struct Registry {
     rate_limits: HashMap<String, RateLimit>,
     /// The keys some handler's wait reads from events of a (source, kind).
     waited_on: HashMap<(String, String), Vec<FlowKey>>,
+    /// Some handler names a tenant key (`Handler::tenant_key`).
+    has_tenants: bool,
 }
 
 impl Registry {
@@ -814,12 +821,10 @@ impl Registry {
         sources
     }
 
-    /// Whether some handler claims its events in fair shares per tenant.
+    /// Whether some handler claims its events in fair shares per tenant
+    /// (read by every turn of a worker's claim loop: decided once, here).
     pub fn has_tenants(&self) -> bool {
-        self.by_source
-            .values()
-            .flat_map(HashMap::values)
-            .any(|handler| handler.tenant.is_some())
+        self.has_tenants
     }
 
     #[doc(hidden)]
