@@ -11,10 +11,10 @@ use std::collections::HashMap;
 use sqlx::SqliteConnection;
 use tickmark_driver::store::StoreError;
 
-use super::{sql, DueRow};
+use super::{due_rows, sql, ClaimBinds, DueRow};
 
 /// A tenant with events due, as a claim weighs it.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug)]
 pub(crate) struct DueTenant {
     pub weight: f64,
     /// Its virtual time, or the clock if that is later.
@@ -95,15 +95,6 @@ pub(crate) async fn any_tenant(conn: &mut SqliteConnection) -> Result<bool, Stor
         .is_some())
 }
 
-/// What a batch claim binds, for the statements that choose its events.
-pub(crate) struct ClaimBinds<'a> {
-    pub now: &'a str,
-    pub batch: i64,
-    pub skip_sources: &'a str,
-    pub skip_kinds: &'a str,
-    pub pending: bool,
-}
-
 /// The due events of a fair batch claim, best first (the caller keeps
 /// them within the concurrency limits and takes the batch), and the clock.
 pub(crate) async fn choose(
@@ -124,16 +115,7 @@ pub(crate) async fn choose(
             .fetch_optional(&mut *conn)
             .await?
             .unwrap_or((1.0, 0.0));
-        let due: Vec<DueRow> = sqlx::query_as(sql::EVENT_DUE_OF_TENANT)
-            .bind(binds.now)
-            .bind(binds.batch)
-            .bind(binds.skip_sources)
-            .bind(binds.skip_kinds)
-            .bind(false)
-            .bind(binds.pending)
-            .bind(&key)
-            .fetch_all(&mut *conn)
-            .await?;
+        let due = due_rows(conn, sql::EVENT_DUE_OF_TENANT, binds, Some(&key)).await?;
         next = sqlx::query_scalar(sql::TENANT_NEXT_DUE)
             .bind(binds.now)
             .bind(&key)
@@ -147,15 +129,7 @@ pub(crate) async fn choose(
     }
     // Events without a tenant: those among the first batch due (the due
     // index, as an unfair claim reads it), as PostgreSQL's claim takes them.
-    let first: Vec<DueRow> = sqlx::query_as(sql::EVENT_DUE)
-        .bind(binds.now)
-        .bind(binds.batch)
-        .bind(binds.skip_sources)
-        .bind(binds.skip_kinds)
-        .bind(false)
-        .bind(binds.pending)
-        .fetch_all(&mut *conn)
-        .await?;
+    let first = due_rows(conn, sql::EVENT_DUE, binds, None).await?;
     let untenanted = first.into_iter().filter(|row| row.5.is_none()).collect();
     let batch = usize::try_from(binds.batch).unwrap_or(usize::MAX);
     Ok((in_fair_order(batch, tenants, untenanted, clock), clock))

@@ -347,6 +347,38 @@ type DueRow = (
     String,
 );
 
+/// What a claim binds to the statements that choose its events
+/// (`claimable!`'s `?1`–`?6`).
+struct ClaimBinds<'a> {
+    now: &'a str,
+    batch: i64,
+    skip_sources: &'a str,
+    skip_kinds: &'a str,
+    alone: bool,
+    pending: bool,
+}
+
+/// The due events `statement` chooses for a claim: [`sql::EVENT_DUE`], or
+/// [`sql::EVENT_DUE_OF_TENANT`] with its `tenant` (`?7`).
+async fn due_rows(
+    conn: &mut SqliteConnection,
+    statement: &'static str,
+    binds: &ClaimBinds<'_>,
+    tenant: Option<&str>,
+) -> Result<Vec<DueRow>, StoreError> {
+    let mut query = sqlx::query_as(statement)
+        .bind(binds.now)
+        .bind(binds.batch)
+        .bind(binds.skip_sources)
+        .bind(binds.skip_kinds)
+        .bind(binds.alone)
+        .bind(binds.pending);
+    if let Some(tenant) = tenant {
+        query = query.bind(tenant);
+    }
+    Ok(query.fetch_all(conn).await?)
+}
+
 /// Keep a claim batch within each key's concurrency limit: `held` counts the
 /// key's running events before this claim, so the batch may add only
 /// `limit_n - held` more. (Inside the write transaction: exact.)
@@ -632,28 +664,20 @@ impl Store for SqliteStore {
         let batch = i64::from(params.batch_limit());
         // A batch claim is fair while an unfinished event has a tenant
         // (`fair.rs`); a claim alone takes the oldest suspect.
+        let binds = ClaimBinds {
+            now: &format_time(now),
+            batch,
+            skip_sources: &skip_sources,
+            skip_kinds: &skip_kinds,
+            alone: params.alone,
+            pending: params.pending,
+        };
         let fair = !params.alone && fair::any_tenant(&mut tx).await?;
         let (due, fair_clock) = if fair {
-            let binds = fair::ClaimBinds {
-                now: &format_time(now),
-                batch,
-                skip_sources: &skip_sources,
-                skip_kinds: &skip_kinds,
-                pending: params.pending,
-            };
             let (due, clock) = fair::choose(&mut tx, &binds).await?;
             (due, Some(clock))
         } else {
-            let due: Vec<DueRow> = sqlx::query_as(sql::EVENT_DUE)
-                .bind(format_time(now))
-                .bind(batch)
-                .bind(&skip_sources)
-                .bind(&skip_kinds)
-                .bind(params.alone)
-                .bind(params.pending)
-                .fetch_all(&mut *tx)
-                .await?;
-            (due, None)
+            (due_rows(&mut tx, sql::EVENT_DUE, &binds, None).await?, None)
         };
         let mut due = within_key_limits(due);
         due.truncate(usize::try_from(batch).unwrap_or(usize::MAX));
@@ -672,14 +696,9 @@ impl Store for SqliteStore {
             .fetch_all(&mut *tx)
             .await?;
         if let Some(clock) = fair_clock {
-            let claimed: std::collections::HashSet<i64> = rows
-                .iter()
-                .map(|row| row.try_get("id"))
-                .collect::<Result<_, _>>()?;
-            let tenants = due
-                .iter()
-                .filter(|(seq, ..)| claimed.contains(seq))
-                .filter_map(|(_, _, tenant)| tenant.clone());
+            // Every event chosen is claimed: the choice and the claim share
+            // this write transaction.
+            let tenants = due.iter().filter_map(|(_, _, tenant)| tenant.clone());
             fair::charge(&mut tx, tenants, clock).await?;
         }
         tx.commit().await?;

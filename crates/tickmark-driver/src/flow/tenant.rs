@@ -51,13 +51,6 @@ impl TenantWeight {
     }
 }
 
-impl Default for TenantWeight {
-    /// Every tenant's weight until an operator sets another.
-    fn default() -> Self {
-        Self(1.0)
-    }
-}
-
 impl FromStr for TenantWeight {
     type Err = WeightError;
 
