@@ -64,7 +64,9 @@ CREATE TABLE tickmark_events (
     suspect boolean NOT NULL DEFAULT false,
     queued_due_at timestamp with time zone,
     tenant_key text,
+    head_start_ms integer NOT NULL DEFAULT 0,
     CONSTRAINT tickmark_events_dedup UNIQUE (source, dedup_key),
+    CONSTRAINT tickmark_events_head_start_ms_check CHECK ((head_start_ms >= 0)),
     CONSTRAINT tickmark_events_pkey PRIMARY KEY (id),
     CONSTRAINT tickmark_events_state_check CHECK ((state = ANY (ARRAY['pending'::text, 'running'::text, 'done'::text, 'dead'::text, 'parked'::text, 'ignored'::text, 'cancelled'::text, 'stale'::text, 'superseded'::text])))
 ) WITH (fillfactor=50);
@@ -100,6 +102,8 @@ CREATE TABLE tickmark_queue (
     limit_key text,
     debounce_key text,
     tenant_key text,
+    head_start_ms integer NOT NULL DEFAULT 0,
+    rank_at timestamp with time zone GENERATED ALWAYS AS (tickmark_rank(due_at, head_start_ms)) STORED,
     CONSTRAINT tickmark_queue_pkey PRIMARY KEY (event_seq)
 ) WITH (fillfactor=50);
 
@@ -176,11 +180,11 @@ CREATE INDEX tickmark_match_keys_event ON tickmark_match_keys USING btree (event
 CREATE UNIQUE INDEX tickmark_match_keys_pkey ON tickmark_match_keys USING btree (match_key, event_seq);
 CREATE UNIQUE INDEX tickmark_migrations_pkey ON tickmark_migrations USING btree (version);
 CREATE INDEX tickmark_queue_debounce ON tickmark_queue USING btree (debounce_key) WHERE (debounce_key IS NOT NULL);
-CREATE INDEX tickmark_queue_due ON tickmark_queue USING btree (due_at, event_seq);
 CREATE INDEX tickmark_queue_limit ON tickmark_queue USING btree (limit_key, due_at) WHERE (limit_key IS NOT NULL);
 CREATE UNIQUE INDEX tickmark_queue_pkey ON tickmark_queue USING btree (event_seq);
+CREATE INDEX tickmark_queue_rank ON tickmark_queue USING btree (rank_at, event_seq);
 CREATE INDEX tickmark_queue_serial ON tickmark_queue USING btree (resource_key, event_seq) WHERE (resource_key IS NOT NULL);
-CREATE INDEX tickmark_queue_tenant ON tickmark_queue USING btree (tenant_key, due_at, event_seq) WHERE (tenant_key IS NOT NULL);
+CREATE INDEX tickmark_queue_tenant ON tickmark_queue USING btree (tenant_key, rank_at, event_seq) WHERE (tenant_key IS NOT NULL);
 CREATE UNIQUE INDEX tickmark_rate_buckets_pkey ON tickmark_rate_buckets USING btree (bucket);
 CREATE UNIQUE INDEX tickmark_reconcile_cursors_pkey ON tickmark_reconcile_cursors USING btree (source);
 CREATE UNIQUE INDEX tickmark_resources_pkey ON tickmark_resources USING btree (resource_key);
@@ -403,7 +407,7 @@ BEGIN
     SELECT e.id, e.state, e.limit_key, e.limit_n, e.due_at
     FROM tickmark_queue AS q
     JOIN tickmark_events AS e ON e.id = q.event_seq
-    WHERE q.due_at <= now()
+    WHERE q.rank_at <= now() AND q.due_at <= now()
       -- The event row decides (the queue row read may be a moment old):
       -- checked again on the locked row.
       AND e.state IN ('pending', 'running') AND e.due_at <= now()
@@ -420,7 +424,7 @@ BEGIN
       -- A limited event waits while its key is full (the claim checks again
       -- under the key's lock: this only saves the lock).
       AND (q.limit_key IS NULL OR tickmark_limit_held(q.limit_key) < e.limit_n)
-    ORDER BY q.due_at, q.event_seq
+    ORDER BY q.rank_at, q.event_seq
     LIMIT CASE WHEN alone THEN least(batch, 1) ELSE batch END
     FOR UPDATE OF e SKIP LOCKED;
 END
@@ -457,17 +461,17 @@ BEGIN
 
     -- The candidates, best first: no lock yet, only the queue and the
     -- tenants read.
-    SELECT coalesce(array_agg(c.event_seq ORDER BY c.finish, c.due_at, c.event_seq), '{}'),
-           coalesce(array_agg(c.tenant ORDER BY c.finish, c.due_at, c.event_seq), '{}')
+    SELECT coalesce(array_agg(c.event_seq ORDER BY c.finish, c.rank_at, c.event_seq), '{}'),
+           coalesce(array_agg(c.tenant ORDER BY c.finish, c.rank_at, c.event_seq), '{}')
     INTO candidate_ids, candidate_tenants
     FROM (
         WITH RECURSIVE due_tenants (key) AS (
             (SELECT q.tenant_key FROM tickmark_queue AS q
-             WHERE q.tenant_key IS NOT NULL AND q.due_at <= now()
+             WHERE q.tenant_key IS NOT NULL AND q.rank_at <= now() AND q.due_at <= now()
              ORDER BY q.tenant_key LIMIT 1)
             UNION ALL
             SELECT (SELECT q.tenant_key FROM tickmark_queue AS q
-                    WHERE q.tenant_key > t.key AND q.due_at <= now()
+                    WHERE q.tenant_key > t.key AND q.rank_at <= now() AND q.due_at <= now()
                     ORDER BY q.tenant_key LIMIT 1)
             FROM due_tenants AS t
             WHERE t.key IS NOT NULL
@@ -488,7 +492,7 @@ BEGIN
         counted AS (
             SELECT g.*, (SELECT count(*) FROM (
                              SELECT 1 FROM tickmark_queue AS q
-                             WHERE q.tenant_key = g.key AND q.due_at <= now()
+                             WHERE q.tenant_key = g.key AND q.rank_at <= now() AND q.due_at <= now()
                              LIMIT g.share) AS x) AS have
             FROM weighed AS g
         ),
@@ -502,24 +506,24 @@ BEGIN
                    END AS share
             FROM counted AS c
         )
-        SELECT s.key AS tenant, d.event_seq, d.due_at,
+        SELECT s.key AS tenant, d.event_seq, d.rank_at,
                s.start + (row_number() OVER (PARTITION BY s.key
-                                             ORDER BY d.due_at, d.event_seq)) / s.weight
+                                             ORDER BY d.rank_at, d.event_seq)) / s.weight
                    AS finish
         FROM shares AS s
         CROSS JOIN LATERAL (
-            SELECT q.event_seq, q.due_at FROM tickmark_queue AS q
-            WHERE q.tenant_key = s.key AND q.due_at <= now()
-            ORDER BY q.due_at, q.event_seq
+            SELECT q.event_seq, q.rank_at FROM tickmark_queue AS q
+            WHERE q.tenant_key = s.key AND q.rank_at <= now() AND q.due_at <= now()
+            ORDER BY q.rank_at, q.event_seq
             LIMIT s.share
         ) AS d
         UNION ALL
-        SELECT NULL, u.event_seq, u.due_at,
-               clock + (row_number() OVER (ORDER BY u.due_at, u.event_seq))::float8
+        SELECT NULL, u.event_seq, u.rank_at,
+               clock + (row_number() OVER (ORDER BY u.rank_at, u.event_seq))::float8
         FROM (
-            SELECT q.event_seq, q.due_at, q.tenant_key FROM tickmark_queue AS q
-            WHERE q.due_at <= now()
-            ORDER BY q.due_at, q.event_seq
+            SELECT q.event_seq, q.rank_at, q.tenant_key FROM tickmark_queue AS q
+            WHERE q.rank_at <= now() AND q.due_at <= now()
+            ORDER BY q.rank_at, q.event_seq
             LIMIT batch
         ) AS u
         WHERE u.tenant_key IS NULL
@@ -679,13 +683,13 @@ BEGIN
     END IF;
     IF NEW.state IN ('pending', 'running') THEN
         INSERT INTO tickmark_queue
-            (event_seq, due_at, resource_key, limit_key, debounce_key, tenant_key)
+            (event_seq, due_at, resource_key, limit_key, debounce_key, tenant_key, head_start_ms)
         VALUES (NEW.id, NEW.due_at, NEW.resource_key, NEW.limit_key, NEW.debounce_key,
-                NEW.tenant_key)
+                NEW.tenant_key, NEW.head_start_ms)
         ON CONFLICT (event_seq) DO UPDATE
         SET due_at = EXCLUDED.due_at, resource_key = EXCLUDED.resource_key,
             limit_key = EXCLUDED.limit_key, debounce_key = EXCLUDED.debounce_key,
-            tenant_key = EXCLUDED.tenant_key;
+            tenant_key = EXCLUDED.tenant_key, head_start_ms = EXCLUDED.head_start_ms;
         queued := NEW.due_at;
     ELSE
         DELETE FROM tickmark_queue WHERE event_seq = NEW.id;
@@ -707,12 +711,22 @@ BEGIN
 END
 $function$;
 
+CREATE OR REPLACE FUNCTION tickmark_rank(due_at timestamp with time zone, head_start_ms integer)
+ RETURNS timestamp with time zone
+ LANGUAGE sql
+ IMMUTABLE PARALLEL SAFE
+AS $function$
+    SELECT due_at OPERATOR(pg_catalog.-)
+           (head_start_ms::pg_catalog.float8 OPERATOR(pg_catalog.*)
+            '1 millisecond'::pg_catalog.interval)
+$function$;
+
 -- Triggers
 
 CREATE TRIGGER tickmark_queue_delete AFTER DELETE ON tickmark_events FOR EACH ROW WHEN (old.queued_due_at IS NOT NULL) EXECUTE FUNCTION tickmark_queue_mend();
 CREATE TRIGGER tickmark_queue_insert AFTER INSERT ON tickmark_events FOR EACH ROW WHEN ((new.state = ANY (ARRAY['pending'::text, 'running'::text])) IS DISTINCT FROM (new.queued_due_at IS NOT NULL) OR (new.state = ANY (ARRAY['pending'::text, 'running'::text])) AND new.due_at IS DISTINCT FROM new.queued_due_at) EXECUTE FUNCTION tickmark_queue_mend();
 CREATE TRIGGER tickmark_queue_truncate AFTER TRUNCATE ON tickmark_events FOR EACH STATEMENT EXECUTE FUNCTION tickmark_queue_truncated();
-CREATE TRIGGER tickmark_queue_update AFTER UPDATE ON tickmark_events FOR EACH ROW WHEN ((new.state = ANY (ARRAY['pending'::text, 'running'::text])) IS DISTINCT FROM (new.queued_due_at IS NOT NULL) OR (new.state = ANY (ARRAY['pending'::text, 'running'::text])) AND new.due_at IS DISTINCT FROM new.queued_due_at OR new.resource_key IS DISTINCT FROM old.resource_key OR new.limit_key IS DISTINCT FROM old.limit_key OR new.debounce_key IS DISTINCT FROM old.debounce_key OR new.tenant_key IS DISTINCT FROM old.tenant_key) EXECUTE FUNCTION tickmark_queue_mend();
+CREATE TRIGGER tickmark_queue_update AFTER UPDATE ON tickmark_events FOR EACH ROW WHEN ((new.state = ANY (ARRAY['pending'::text, 'running'::text])) IS DISTINCT FROM (new.queued_due_at IS NOT NULL) OR (new.state = ANY (ARRAY['pending'::text, 'running'::text])) AND new.due_at IS DISTINCT FROM new.queued_due_at OR new.resource_key IS DISTINCT FROM old.resource_key OR new.limit_key IS DISTINCT FROM old.limit_key OR new.debounce_key IS DISTINCT FROM old.debounce_key OR new.tenant_key IS DISTINCT FROM old.tenant_key OR new.head_start_ms IS DISTINCT FROM old.head_start_ms) EXECUTE FUNCTION tickmark_queue_mend();
 
 -- Types
 

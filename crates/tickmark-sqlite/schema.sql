@@ -55,7 +55,13 @@ CREATE TABLE "tickmark_events" (
     limit_n         INTEGER,
     debounce_key    TEXT,
     burst_started_at TEXT,
-    superseded_by   INTEGER, wait_key TEXT, wait_since TEXT, wait_until TEXT, claimed_alone INTEGER NOT NULL DEFAULT 0, interrupted INTEGER NOT NULL DEFAULT 0, suspect INTEGER NOT NULL DEFAULT 0, tenant_key TEXT,
+    superseded_by   INTEGER, wait_key TEXT, wait_since TEXT, wait_until TEXT, claimed_alone INTEGER NOT NULL DEFAULT 0, interrupted INTEGER NOT NULL DEFAULT 0, suspect INTEGER NOT NULL DEFAULT 0, tenant_key TEXT, head_start_ms INTEGER NOT NULL DEFAULT 0
+    CHECK (head_start_ms >= 0), rank_at TEXT
+    GENERATED ALWAYS AS (
+        CASE WHEN head_start_ms = 0 THEN due_at
+             ELSE strftime('%Y-%m-%dT%H:%M:%fZ', due_at, '-' || (head_start_ms / 1000.0) || ' seconds')
+        END
+    ) VIRTUAL,
     UNIQUE (source, dedup_key)
 ) STRICT;
 
@@ -149,11 +155,11 @@ CREATE INDEX tickmark_audit_event ON tickmark_audit (event_seq, id);
 CREATE INDEX tickmark_events_debounce ON tickmark_events (debounce_key)
     WHERE state = 'pending' AND debounce_key IS NOT NULL;
 
-CREATE INDEX tickmark_events_due ON tickmark_events (due_at, id)
-    WHERE state IN ('pending', 'running');
-
 CREATE INDEX tickmark_events_limit ON tickmark_events (limit_key, due_at)
     WHERE state = 'running' AND limit_key IS NOT NULL;
+
+CREATE INDEX tickmark_events_rank ON tickmark_events (rank_at, id)
+    WHERE state IN ('pending', 'running');
 
 CREATE UNIQUE INDEX tickmark_events_replay ON tickmark_events (source, replay_key)
     WHERE replay_key IS NOT NULL;
@@ -161,7 +167,7 @@ CREATE UNIQUE INDEX tickmark_events_replay ON tickmark_events (source, replay_ke
 CREATE INDEX tickmark_events_serial ON tickmark_events (resource_key, id)
     WHERE state IN ('pending', 'running') AND resource_key IS NOT NULL;
 
-CREATE INDEX tickmark_events_tenant ON tickmark_events (tenant_key, due_at, id)
+CREATE INDEX tickmark_events_tenant ON tickmark_events (tenant_key, rank_at, id)
     WHERE state IN ('pending', 'running') AND tenant_key IS NOT NULL;
 
 CREATE INDEX tickmark_events_waiting ON tickmark_events (wait_key)

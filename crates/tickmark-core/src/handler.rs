@@ -17,6 +17,11 @@ pub const ANY: &str = "*";
 /// Longest step name, source or kind accepted at registration.
 pub const MAX_NAME_LEN: usize = 128;
 
+/// The longest head start a handler may give its events
+/// ([`Handler::head_start`]): a week. It is also the longest an event of no
+/// head start can be passed by events that become due after it.
+pub const MAX_HEAD_START: Duration = Duration::from_secs(7 * 24 * 60 * 60);
+
 /// A handler definition is wrong. Raised when the engine is built, not at run time.
 #[non_exhaustive]
 #[derive(Debug, thiserror::Error)]
@@ -147,6 +152,7 @@ pub struct Handler {
     concurrency: Option<(FlowKey, u32)>,
     debounce: Option<Debounce>,
     tenant: Option<FlowKey>,
+    head_start: Duration,
     problem: Option<&'static str>,
 }
 
@@ -377,6 +383,24 @@ impl Handler {
         self
     }
 
+    /// Claim this handler's events as if they had become due `head_start`
+    /// earlier: a priority that ages. Orders with a head start of ten
+    /// minutes are claimed before product syncs that became due up to ten
+    /// minutes before them, and a product sync that has been due for ten
+    /// minutes is never passed by an order that becomes due after it: no
+    /// event starves, and the bound is the difference of head starts.
+    /// With a tenant key, a head start orders the tenant's own events
+    /// within its share and never takes another tenant's share. At most
+    /// [`MAX_HEAD_START`] (docs/flow_control.md, "Priorities: a head
+    /// start").
+    pub fn head_start(mut self, head_start: Duration) -> Self {
+        if head_start > MAX_HEAD_START {
+            self.problem = Some("head_start() is at most a week (MAX_HEAD_START)");
+        }
+        self.head_start = head_start;
+        self
+    }
+
     /// Run this handler's events for the same resource one at a time, in
     /// acceptance order; `key` is a JSON pointer into the payload (for
     /// example `/data/object/id`). Different resources run in parallel.
@@ -423,6 +447,9 @@ pub struct CompiledHandler {
     pub debounce: Option<Debounce>,
     /// Where an event's tenant is found, for fair claiming.
     pub tenant: Option<FlowKey>,
+    /// How much earlier than its due time an event is ranked in the claim
+    /// order, in milliseconds ([`Handler::head_start`]).
+    pub head_start_ms: i32,
 }
 
 impl CompiledHandler {
@@ -577,6 +604,8 @@ impl Handlers {
                     .map(|(key, limit)| (key, i32::try_from(limit).unwrap_or(i32::MAX))),
                 debounce: handler.debounce.clone(),
                 tenant: handler.tenant.clone(),
+                // At most a week (checked above): fits with room to spare.
+                head_start_ms: i32::try_from(handler.head_start.as_millis()).unwrap_or(i32::MAX),
             };
             if by_source
                 .entry(source.clone())

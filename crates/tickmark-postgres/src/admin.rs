@@ -104,6 +104,7 @@ impl PostgresStore {
                     .bind(replan.limit_key.as_deref())
                     .bind(replan.limit_n)
                     .bind(replan.tenant_key.as_deref())
+                    .bind(replan.head_start_ms)
                     .fetch_optional(&mut *conn)
                     .await?,
                 found,

@@ -38,6 +38,7 @@ impl PostgresStore {
             .bind(event.limit_n)
             .bind(debounce.key)
             .bind(event.tenant_key)
+            .bind(event.head_start_ms)
             .fetch_optional(&mut *tx)
             .await?;
         let Some((seq, now)) = inserted else {

@@ -425,6 +425,7 @@ fn insert_many(
                                 .map(|e| e.tenant_key.as_deref())
                                 .collect::<Vec<_>>(),
                         )
+                        .bind(rows.iter().map(|e| e.head_start_ms).collect::<Vec<_>>())
                         .fetch_all(&mut *tx)
                         .await?;
                 let refused = undo_tombstoned(&mut tx, inserted.iter().map(|(id, ..)| *id)).await?;

@@ -13,27 +13,31 @@ pub const EVENT_INSERT_MANY: &str = "
     WITH rows AS (
         SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[],
                              $6::text[], $7::int[], $8::timestamptz[], $9::text[], $10::bigint[],
-                             $12::text[], $13::text[], $14::int[], $15::text[])
+                             $12::text[], $13::text[], $14::int[], $15::text[], $16::int[])
             WITH ORDINALITY
             AS r (source, dedup_key, kind, payload, plan, state, step_count, not_before,
-                  resource_key, resource_seq, replay_key, limit_key, limit_n, tenant_key, ord)
+                  resource_key, resource_seq, replay_key, limit_key, limit_n, tenant_key,
+                  head_start_ms, ord)
     ),
     inserted AS (
         INSERT INTO tickmark_events
             (source, dedup_key, kind, payload, plan, state, step_count, due_at, resource_key,
-             resource_seq, replay_key, limit_key, limit_n, tenant_key, queued_due_at)
+             resource_seq, replay_key, limit_key, limit_n, tenant_key, head_start_ms,
+             queued_due_at)
         SELECT source, dedup_key, kind, payload::json, plan::json, state, step_count,
                coalesce(not_before, now()), resource_key, resource_seq, replay_key,
-               limit_key, limit_n, tenant_key,
+               limit_key, limit_n, tenant_key, head_start_ms,
                CASE WHEN state IN ('pending', 'running') THEN coalesce(not_before, now()) END
         FROM rows ORDER BY ord
         ON CONFLICT DO NOTHING
         RETURNING id, source, dedup_key, state, queued_due_at, resource_key, limit_key,
-                  tenant_key
+                  tenant_key, head_start_ms
     ),
     queued AS (
-        INSERT INTO tickmark_queue (event_seq, due_at, resource_key, limit_key, tenant_key)
-        SELECT id, queued_due_at, resource_key, limit_key, tenant_key FROM inserted
+        INSERT INTO tickmark_queue
+            (event_seq, due_at, resource_key, limit_key, tenant_key, head_start_ms)
+        SELECT id, queued_due_at, resource_key, limit_key, tenant_key, head_start_ms
+        FROM inserted
         WHERE queued_due_at IS NOT NULL
     )
     SELECT inserted.id, inserted.source, inserted.dedup_key
@@ -75,9 +79,10 @@ pub const DEBOUNCE_LOCK: &str =
 pub const DEBOUNCE_INSERT: &str = "
     INSERT INTO tickmark_events
         (source, dedup_key, kind, payload, plan, state, step_count, due_at, resource_key,
-         resource_seq, replay_key, limit_key, limit_n, debounce_key, burst_started_at, tenant_key)
+         resource_seq, replay_key, limit_key, limit_n, debounce_key, burst_started_at, tenant_key,
+         head_start_ms)
     VALUES ($1, $2, $3, $4::json, $5::json, 'pending', $6, now(), $7, $8, $9, $10, $11, $12,
-            now(), $13)
+            now(), $13, $14)
     ON CONFLICT DO NOTHING
     RETURNING id, now()";
 
@@ -111,9 +116,11 @@ pub const DEBOUNCE_SCHEDULE: &str = "
     SELECT scheduled.id FROM scheduled CROSS JOIN LATERAL pg_notify($4, '') AS notified";
 
 /// Lease due events in one statement: `tickmark_claim` (migrations 0003,
-/// 0012, 0013, 0014, 0017), its rows chosen by `tickmark_claimable`. It
-/// walks the claim queue's `tickmark_queue_due` in its exact order (no sort
-/// of the backlog, whatever the table's statistics say) and locks the
+/// 0012, 0013, 0014, 0017), its rows chosen by `tickmark_claimable`
+/// (migrations 0018, 0019). It walks the claim queue's `tickmark_queue_rank`
+/// in its exact order (no sort of the backlog, whatever the table's
+/// statistics say; the rank is the due time less a handler's head start),
+/// and locks the
 /// event rows with SKIP LOCKED, so
 /// concurrent claimers take different rows instead of queueing. Running
 /// rows whose lease expired are due too: that is how a dead worker's event
@@ -248,13 +255,21 @@ pub const EVENT_SUSPECT_WAITS: &str = "
     SELECT extract(epoch FROM (now() - c.due_at))::float8
     FROM tickmark_claimable(1, true, false, '{}', '{}') AS c";
 
-/// Seconds until the earliest unfinished event falls due: the first entry
-/// of the claim queue's index.
+/// Seconds until the earliest unfinished event falls due. The claim queue's
+/// index is in rank order (due time less head start, never after the due
+/// time): the earliest due time is among the rows ranked no later than the
+/// first row's due time (for events without head starts, the first row).
+/// A range between two values, not only `<=` the second: PostgreSQL
+/// guesses a third of the table for an open range of an unknown bound, and
+/// read a 50,000-row queue whole, where the index reads the few rows.
 pub const EVENT_NEXT_DUE: &str = "
-    SELECT greatest(extract(epoch FROM (due_at - now())), 0)::float8
-    FROM tickmark_queue
-    ORDER BY due_at, event_seq
-    LIMIT 1";
+    SELECT greatest(extract(epoch FROM (min(q.due_at) - now())), 0)::float8
+    FROM tickmark_queue AS q
+    WHERE q.rank_at BETWEEN (SELECT f.rank_at FROM tickmark_queue AS f
+                             ORDER BY f.rank_at, f.event_seq LIMIT 1)
+                        AND (SELECT f.due_at FROM tickmark_queue AS f
+                             ORDER BY f.rank_at, f.event_seq LIMIT 1)
+    HAVING count(*) > 0";
 
 /// Running events, and pending ones except those waiting at a wait step whose
 /// deadline has not come and that no match has woken.
@@ -276,7 +291,7 @@ pub const EVENT_COUNT_BY_STATE: &str = "
 pub const EVENT_COUNT_STUCK: &str = "
     SELECT count(*) FROM tickmark_queue AS q
     JOIN tickmark_events AS e ON e.id = q.event_seq
-    WHERE q.due_at <= now() AND e.state = 'running' AND e.due_at <= now()";
+    WHERE q.rank_at <= now() AND q.due_at <= now() AND e.state = 'running' AND e.due_at <= now()";
 
 /// Events waiting at a wait step (for another event, or a time).
 pub const EVENT_COUNT_WAITING: &str = "
@@ -289,7 +304,8 @@ pub const EVENT_OLDEST_PENDING_AGE: &str = "
     SELECT extract(epoch FROM (now() - min(e.due_at)))::float8
     FROM tickmark_queue AS q
     JOIN tickmark_events AS e ON e.id = q.event_seq
-    WHERE q.due_at <= now() AND e.state = 'pending' AND e.due_at <= now()";
+    WHERE q.rank_at <= now() AND q.due_at <= now() AND e.state = 'pending'
+      AND e.due_at <= now()";
 
 /// One event by row number.
 pub const EVENT_GET: &str = "

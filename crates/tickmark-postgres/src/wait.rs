@@ -56,9 +56,9 @@ const WAIT_RELEASE: &str = "
 const MATCHABLE_INSERT: &str = "
     INSERT INTO tickmark_events
         (source, dedup_key, kind, payload, plan, state, step_count, due_at, resource_key,
-         resource_seq, replay_key, limit_key, limit_n, tenant_key)
+         resource_seq, replay_key, limit_key, limit_n, tenant_key, head_start_ms)
     VALUES ($1, $2, $3, $4::json, $5::json, $6, $7, coalesce($8, now()), $9, $10, $11, $12, $13,
-            $14)
+            $14, $15)
     ON CONFLICT DO NOTHING
     RETURNING id";
 
@@ -183,6 +183,7 @@ impl PostgresStore {
             .bind(event.limit_key)
             .bind(event.limit_n)
             .bind(event.tenant_key)
+            .bind(event.head_start_ms)
             .fetch_optional(&mut *tx)
             .await?;
         let Some(seq) = inserted else {

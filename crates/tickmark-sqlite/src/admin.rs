@@ -115,6 +115,7 @@ impl SqliteStore {
                     .bind(replan.limit_n)
                     .bind(now)
                     .bind(replan.tenant_key.as_deref())
+                    .bind(replan.head_start_ms)
                     .fetch_optional(&mut *conn)
                     .await?,
                 found,

@@ -119,13 +119,15 @@ pub const EVENT_CANCEL: &str = concat!(
 );
 
 /// Give ignored event ?1 the plan ?2 of ?3 steps, ordered by resource ?4 at
-/// sequence ?5, limited by key ?6 to ?7 at once, claimed for tenant ?9:
-/// pending at its first step, due now (?8). Only from ignored.
+/// sequence ?5, limited by key ?6 to ?7 at once, claimed for tenant ?9 with
+/// a head start of ?10 ms: pending at its first step, due now (?8). Only
+/// from ignored.
 pub const EVENT_REPLAN: &str = concat!(
     "UPDATE tickmark_events
     SET state = 'pending', plan = ?2, step_count = ?3, next_step = 0, attempt = 0,
         due_at = ?8, finished_at = NULL, last_error = NULL, lease_token = lease_token + 1,
-        resource_key = ?4, resource_seq = ?5, limit_key = ?6, limit_n = ?7, tenant_key = ?9
+        resource_key = ?4, resource_seq = ?5, limit_key = ?6, limit_n = ?7, tenant_key = ?9,
+        head_start_ms = ?10
     WHERE id = ?1 AND state = 'ignored'
     RETURNING ",
     record_columns!()

@@ -34,6 +34,7 @@ impl SqliteStore {
             .bind(event.limit_n)
             .bind(debounce.key)
             .bind(event.tenant_key)
+            .bind(event.head_start_ms)
             .fetch_optional(&mut *tx)
             .await?;
         let Some(seq) = inserted else {

@@ -60,7 +60,7 @@ pub(crate) fn takes(batch: usize, tenants: &[(f64, usize)]) -> Vec<usize> {
 /// The candidates of a fair claim, best first: each tenant's events by
 /// virtual finish time (`start + k / weight` for its k-th), the events
 /// without a tenant as one more tenant of weight 1 starting at `clock`,
-/// ties by due time and row number.
+/// ties by rank (due time less head start) and row number.
 pub(crate) fn in_fair_order(
     batch: usize,
     tenants: Vec<DueTenant>,

@@ -334,9 +334,8 @@ async fn open_pool(
 /// How often opening the file is tried when another process holds its lock.
 const OPEN_TRIES: u32 = 4;
 
-/// A due row as the claim's look-up answers it.
 /// A due event as a claim reads it: row number, state, concurrency key and
-/// limit, the key's running events, tenant, due time.
+/// limit, the key's running events, tenant, rank (due time less head start).
 type DueRow = (
     i64,
     String,
@@ -468,6 +467,7 @@ async fn insert_one(
         .bind(event.limit_key.as_deref())
         .bind(event.limit_n)
         .bind(event.tenant_key.as_deref())
+        .bind(event.head_start_ms)
         .fetch_optional(&mut *conn)
         .await?;
     if let (Some(seq), false) = (inserted, event.match_keys.is_empty()) {

@@ -8,8 +8,8 @@
 pub const EVENT_INSERT: &str = "
     INSERT INTO tickmark_events
         (source, dedup_key, kind, payload, plan, state, step_count, due_at, received_at,
-         resource_key, resource_seq, replay_key, limit_key, limit_n, tenant_key)
-    VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15)
+         resource_key, resource_seq, replay_key, limit_key, limit_n, tenant_key, head_start_ms)
+    VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16)
     ON CONFLICT DO NOTHING
     RETURNING id";
 
@@ -38,7 +38,7 @@ macro_rules! claimable {
         concat!(
             "
     FROM tickmark_events AS e
-    WHERE e.state IN ('pending', 'running') AND e.due_at <= ?1
+    WHERE e.state IN ('pending', 'running') AND e.rank_at <= ?1 AND e.due_at <= ?1
       AND CASE WHEN e.suspect OR (e.state = 'running' AND (e.claimed_alone OR e.interrupted > 0))
                     THEN ?5
                WHEN e.state = 'pending' THEN ?6
@@ -55,7 +55,7 @@ macro_rules! claimable {
       ",
             $also,
             "
-    ORDER BY e.due_at, e.id"
+    ORDER BY e.rank_at, e.id"
         )
     };
 }
@@ -68,7 +68,7 @@ macro_rules! due_columns {
            CASE WHEN e.limit_key IS NULL THEN 0 ELSE
                (SELECT count(*) FROM tickmark_events AS r
                 WHERE r.limit_key = e.limit_key AND r.state = 'running' AND r.due_at > ?1)
-           END AS held, e.tenant_key, e.due_at"
+           END AS held, e.tenant_key, e.rank_at"
     };
 }
 
@@ -82,7 +82,8 @@ pub const EVENT_ANY_DUE: &str = concat!(
     LIMIT CASE WHEN ?2 > 0 THEN 1 ELSE 0 END"
 );
 
-/// The due events, walking `tickmark_events_due` in order (inside the write
+/// The due events, walking `tickmark_events_rank` in order (the due time
+/// less a handler's head start: migration 0013) (inside the write
 /// transaction, so no other writer can claim them in between), at most `?2`.
 pub const EVENT_DUE: &str = concat!(
     due_columns!(),
@@ -113,7 +114,8 @@ pub const EVENT_ANY_TENANT: &str = "
 /// left to choose, SQLite walked the due index and sorted every due event.
 pub const TENANT_FIRST_DUE: &str = "
     SELECT tenant_key FROM tickmark_events INDEXED BY tickmark_events_tenant
-    WHERE state IN ('pending', 'running') AND tenant_key IS NOT NULL AND due_at <= ?1
+    WHERE state IN ('pending', 'running') AND tenant_key IS NOT NULL
+      AND rank_at <= ?1 AND due_at <= ?1
     ORDER BY tenant_key
     LIMIT 1";
 
@@ -121,7 +123,8 @@ pub const TENANT_FIRST_DUE: &str = "
 /// tenant index: `?2 IS NULL OR …` here would read all of it).
 pub const TENANT_NEXT_DUE: &str = "
     SELECT tenant_key FROM tickmark_events INDEXED BY tickmark_events_tenant
-    WHERE state IN ('pending', 'running') AND tenant_key > ?2 AND due_at <= ?1
+    WHERE state IN ('pending', 'running') AND tenant_key > ?2
+      AND rank_at <= ?1 AND due_at <= ?1
     ORDER BY tenant_key
     LIMIT 1";
 
@@ -252,12 +255,17 @@ pub const EVENT_PARK: &str = "
 /// claim alone could take, and nothing it could not.
 pub const EVENT_SUSPECT_WAITS: &str = EVENT_ANY_DUE;
 
-/// The earliest active row's due time: the first entry of the index.
+/// The earliest active row's due time. The index is in rank order (due
+/// time less head start, never after the due time): the earliest due time
+/// is among the rows ranked no later than the first row's due time (for
+/// events without head starts, the first row).
 pub const EVENT_NEXT_DUE: &str = "
-    SELECT due_at FROM tickmark_events
+    SELECT min(due_at) FROM tickmark_events
     WHERE state IN ('pending', 'running')
-    ORDER BY due_at, id
-    LIMIT 1";
+      AND rank_at <= (SELECT f.due_at FROM tickmark_events AS f
+                      WHERE f.state IN ('pending', 'running')
+                      ORDER BY f.rank_at, f.id LIMIT 1)
+    HAVING count(*) > 0";
 
 /// Running events, and pending ones except those waiting at a wait step whose
 /// deadline (after `?1`, now) has not come and that no match has woken.
@@ -276,11 +284,12 @@ pub const EVENT_COUNT_BY_STATE: &str = "
 
 /// Running events whose lease expired (their worker died or stalled).
 pub const EVENT_COUNT_STUCK: &str =
-    "SELECT count(*) FROM tickmark_events WHERE state = 'running' AND due_at <= ?1";
+    "SELECT count(*) FROM tickmark_events WHERE state = 'running' AND rank_at <= ?1 AND due_at <= ?1";
 
 /// The due time of the oldest due pending event.
 pub const EVENT_OLDEST_PENDING: &str = "
-    SELECT min(due_at) FROM tickmark_events WHERE state = 'pending' AND due_at <= ?1";
+    SELECT min(due_at) FROM tickmark_events
+    WHERE state = 'pending' AND rank_at <= ?1 AND due_at <= ?1";
 
 /// One event by row number.
 pub const EVENT_GET: &str = "
@@ -393,8 +402,8 @@ pub const DEBOUNCE_INSERT: &str = "
     INSERT INTO tickmark_events
         (source, dedup_key, kind, payload, plan, state, step_count, due_at, received_at,
          resource_key, resource_seq, replay_key, limit_key, limit_n, debounce_key,
-         burst_started_at, tenant_key)
-    VALUES (?1, ?2, ?3, ?4, ?5, 'pending', ?6, ?7, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?7, ?14)
+         burst_started_at, tenant_key, head_start_ms)
+    VALUES (?1, ?2, ?3, ?4, ?5, 'pending', ?6, ?7, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?7, ?14, ?15)
     ON CONFLICT DO NOTHING
     RETURNING id";
 

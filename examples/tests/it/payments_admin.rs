@@ -56,6 +56,7 @@ async fn plans_check_passes_for_known_steps_and_flags_unknown_ones() {
             limit_key: None,
             limit_n: None,
             tenant_key: None,
+            head_start_ms: 0,
             debounce: None,
             match_keys: &[],
         })

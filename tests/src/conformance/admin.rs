@@ -578,6 +578,7 @@ pub async fn the_store_enforces_a_transition_the_rules_would_refuse(db: TestDb) 
         limit_key: None,
         limit_n: None,
         tenant_key: None,
+        head_start_ms: 0,
     });
     for (event_seq, was, decision) in [
         (done, EventState::Done, Decision::Cancel),

@@ -13,6 +13,7 @@ pub mod isolation;
 pub mod long_handlers;
 pub mod ordering;
 pub mod portable_sql;
+pub mod priorities;
 pub mod reconcile;
 pub mod replan;
 pub mod retries;
@@ -88,6 +89,9 @@ macro_rules! conformance_suite {
             fair_share::an_idle_tenant_saves_no_slots_for_later,
             fair_share::events_without_a_tenant_are_claimed_beside_the_tenants,
             fair_share::a_weight_that_is_not_a_positive_number_is_refused,
+            priorities::a_head_start_passes_younger_events_and_never_older_ones,
+            priorities::a_head_start_never_runs_an_event_before_it_is_due,
+            priorities::a_head_start_orders_a_tenants_own_events_within_its_share,
             blame::a_worker_runs_the_suspects_of_a_dead_batch_without_charging_them,
             blame_suspects::a_suspect_given_back_before_its_step_ran_stays_a_suspect,
             blame_suspects::a_suspect_no_claim_could_take_is_not_reported_waiting,

@@ -281,6 +281,7 @@ pub async fn an_unknown_step_type_parks_the_event(db: TestDb) {
             limit_key: None,
             limit_n: None,
             tenant_key: None,
+            head_start_ms: 0,
             debounce: None,
             match_keys: &[],
         })

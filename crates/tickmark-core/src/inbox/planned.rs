@@ -32,6 +32,7 @@ pub struct PlannedEvent<'r> {
     resource_seq: Option<i64>,
     limit: Option<(String, i32)>,
     tenant_key: Option<String>,
+    head_start_ms: i32,
     debounce: Option<(&'r Debounce, String)>,
     match_keys: Vec<String>,
 }
@@ -71,6 +72,7 @@ pub fn plan_event<'r>(
         resource_seq: ordering.resource_seq,
         limit: handler.and_then(|h| h.concurrency_of(&event.source, &event.payload)),
         tenant_key: handler.and_then(|h| h.tenant_of(&event.payload)),
+        head_start_ms: handler.map_or(0, |h| h.head_start_ms),
         debounce,
         match_keys: registry.match_keys_of(&event.source, &event.kind, &event.payload),
     })
@@ -94,6 +96,7 @@ impl PlannedEvent<'_> {
             limit_key: self.limit.as_ref().map(|(key, _)| key.as_str()),
             limit_n: self.limit.as_ref().map(|(_, n)| *n),
             tenant_key: self.tenant_key.as_deref(),
+            head_start_ms: self.head_start_ms,
             debounce: self
                 .debounce
                 .as_ref()
@@ -119,6 +122,7 @@ impl PlannedEvent<'_> {
             limit_key: self.limit.as_ref().map(|(key, _)| key.clone()),
             limit_n: self.limit.as_ref().map(|(_, n)| *n),
             tenant_key: self.tenant_key.clone(),
+            head_start_ms: self.head_start_ms,
         })
     }
 

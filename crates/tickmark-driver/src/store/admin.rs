@@ -316,6 +316,8 @@ pub struct Replan {
     pub limit_n: Option<i32>,
     /// Fair share: the tenant the event is claimed for.
     pub tenant_key: Option<String>,
+    /// Priority: the head start of its claim, in milliseconds.
+    pub head_start_ms: i32,
 }
 
 /// How a step settled by hand is recorded.

@@ -43,6 +43,9 @@ pub struct EventInsert<'a> {
     /// (`Handler::tenant_key`); `None`: claimed in due order, outside any
     /// tenant's share.
     pub tenant_key: Option<&'a str>,
+    /// Claimed as if due this many milliseconds earlier (`Handler::head_start`):
+    /// its rank in the claim order is its due time less this. 0: none.
+    pub head_start_ms: i32,
     /// Coalesce with the waiting events of a key (debounce): inserted in a
     /// transaction of its own, not batched.
     pub debounce: Option<DebounceInsert<'a>>,
@@ -84,6 +87,7 @@ impl EventInsert<'_> {
             limit_key: self.limit_key.map(str::to_owned),
             limit_n: self.limit_n,
             tenant_key: self.tenant_key.map(str::to_owned),
+            head_start_ms: self.head_start_ms,
             #[cfg(feature = "sqlite")]
             match_keys: self.match_keys.to_vec(),
         }
@@ -121,6 +125,8 @@ pub struct OwnedEventInsert {
     pub limit_n: Option<i32>,
     #[doc(hidden)]
     pub tenant_key: Option<String>,
+    #[doc(hidden)]
+    pub head_start_ms: i32,
     /// Only SQLite batches accepts with match keys; PostgreSQL gives them
     /// a transaction of their own (`store/postgres/wait.rs`).
     #[cfg(feature = "sqlite")]
