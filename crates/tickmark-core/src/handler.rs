@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use crate::plan::{Action, Plan, StepOptions, StepToEncode};
 use crate::step::Step;
+use crate::tenant::{tenant_name, TenantKey};
 use tickmark_driver::flow::{Debounce, FlowKey, RateLimit, RateLimitError, RateLimitUse};
 use tickmark_driver::ordering::Ordering;
 use tickmark_driver::retry::RetryPolicy;
@@ -151,7 +152,7 @@ pub struct Handler {
     ordering: Option<Ordering>,
     concurrency: Option<(FlowKey, u32)>,
     debounce: Option<Debounce>,
-    tenant: Option<FlowKey>,
+    tenant: Option<TenantKey>,
     head_start: Duration,
     problem: Option<&'static str>,
 }
@@ -378,8 +379,26 @@ impl Handler {
     /// Events without a value at the key are claimed in due order, outside
     /// any share. Both backends (docs/flow_control.md, "Fair share across
     /// tenants").
+    /// (Longer than [`MAX_TENANT_BYTES`](crate::tenant::MAX_TENANT_BYTES),
+    /// a tenant's name is stored as its SHA-256.)
     pub fn tenant_key(mut self, key: impl Into<FlowKey>) -> Self {
-        self.tenant = Some(key.into());
+        self.tenant = Some(TenantKey::Payload(key.into()));
+        self
+    }
+
+    /// As [`tenant_key`](Self::tenant_key), with the tenant named by a
+    /// request header of the delivery (e.g. `X-Shopify-Shop-Domain`, which
+    /// Shopify sends with every webhook): the receiver reads it, as sent;
+    /// a delivery without it, or with it twice or not in visible text, is
+    /// claimed outside any share. `Engine::accept` callers pass the tenant
+    /// with [`NewEvent::with_tenant`](tickmark_driver::event::NewEvent::with_tenant).
+    pub fn tenant_header(mut self, name: &str) -> Self {
+        match TenantKey::header(name) {
+            Ok(key) => self.tenant = Some(key),
+            Err(_) => {
+                self.problem = Some("tenant_header() takes a header name: letters, digits and `-`")
+            }
+        }
         self
     }
 
@@ -446,7 +465,7 @@ pub struct CompiledHandler {
     /// How bursts of one key are coalesced.
     pub debounce: Option<Debounce>,
     /// Where an event's tenant is found, for fair claiming.
-    pub tenant: Option<FlowKey>,
+    pub tenant: Option<TenantKey>,
     /// How much earlier than its due time an event is ranked in the claim
     /// order, in milliseconds ([`Handler::head_start`]).
     pub head_start_ms: i32,
@@ -474,7 +493,19 @@ impl CompiledHandler {
     /// The tenant of an event with this payload, when the handler claims
     /// in fair shares and the payload names one.
     pub fn tenant_of(&self, payload: &serde_json::Value) -> Option<String> {
-        self.tenant.as_ref()?.value_of(payload)
+        match self.tenant.as_ref()? {
+            TenantKey::Payload(key) => key.value_of(payload).map(tenant_name),
+            TenantKey::Header(_) => None,
+        }
+    }
+
+    /// The header naming an event's tenant, when the handler reads it from
+    /// one ([`Handler::tenant_header`]), lower-case.
+    pub fn tenant_header(&self) -> Option<&str> {
+        match self.tenant.as_ref()? {
+            TenantKey::Header(name) => Some(name),
+            TenantKey::Payload(_) => None,
+        }
     }
 }
 
@@ -623,11 +654,16 @@ impl Handlers {
             .values()
             .flat_map(HashMap::values)
             .any(|handler| handler.tenant.is_some());
+        let has_tenant_headers = by_source
+            .values()
+            .flat_map(HashMap::values)
+            .any(|handler| handler.tenant_header().is_some());
         Ok(Registry {
             by_source,
             rate_limits,
             waited_on,
             has_tenants,
+            has_tenant_headers,
         })
     }
 }
@@ -726,6 +762,8 @@ pub struct Registry {
     waited_on: HashMap<(String, String), Vec<FlowKey>>,
     /// Some handler names a tenant key (`Handler::tenant_key`).
     has_tenants: bool,
+    /// Some handler names its tenant by a header (`Handler::tenant_header`).
+    has_tenant_headers: bool,
 }
 
 impl Registry {
@@ -854,6 +892,12 @@ impl Registry {
     /// (read by every turn of a worker's claim loop: decided once, here).
     pub fn has_tenants(&self) -> bool {
         self.has_tenants
+    }
+
+    /// Whether some handler names its tenant by a request header (the
+    /// receiver then keeps a delivery's headers until it knows the kind).
+    pub fn has_tenant_headers(&self) -> bool {
+        self.has_tenant_headers
     }
 
     #[doc(hidden)]

@@ -40,6 +40,7 @@ mod resources;
 pub mod runner;
 mod secret;
 pub mod step;
+pub mod tenant;
 
 pub use context::{Output, StepContext, StepOutputs};
 pub use engine::Engine;

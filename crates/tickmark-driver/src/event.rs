@@ -47,6 +47,11 @@ pub struct NewEvent {
     /// as it refuses one whose (source, dedup key) it has. `None`: the dedup
     /// key alone decides.
     pub replay_key: Option<String>,
+    /// The tenant whose fair share the event is claimed from, when the
+    /// caller knows it (the receiver, from a handler's tenant header);
+    /// `None`: the handler's tenant key finds it in the payload, if it has
+    /// one. Only an event a handler takes is claimed for a tenant.
+    pub tenant: Option<String>,
 }
 
 impl NewEvent {
@@ -64,6 +69,7 @@ impl NewEvent {
             payload,
             not_before: None,
             replay_key: None,
+            tenant: None,
         }
     }
 
@@ -82,12 +88,19 @@ impl NewEvent {
             payload,
             not_before: None,
             replay_key: None,
+            tenant: None,
         }
     }
 
     /// Deduplicate on `key` too (see [`NewEvent::replay_key`]).
     pub fn with_replay_key(mut self, key: impl Into<String>) -> Self {
         self.replay_key = Some(key.into());
+        self
+    }
+
+    /// Claim the event from `tenant`'s fair share (see [`NewEvent::tenant`]).
+    pub fn with_tenant(mut self, tenant: impl Into<String>) -> Self {
+        self.tenant = Some(tenant.into());
         self
     }
 

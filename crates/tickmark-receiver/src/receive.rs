@@ -19,6 +19,7 @@ use super::replay_scope::{replay_key_for, Replay};
 use super::response::{Answer, DedupMatch, ReceiverRejection};
 use super::Shared;
 use tickmark_core::inbox::Accepted;
+use tickmark_core::tenant::tenant_from_header;
 use tickmark_driver::event::NewEvent;
 use tickmark_driver::store::StoreError;
 use tickmark_serve::OVERLOAD_RETRY_AFTER;
@@ -116,12 +117,21 @@ async fn verify_and_accept(
         .map(|original| &original.0)
         .unwrap_or(&parts.uri);
     let url = public_url(shared.public_base_url.as_ref(), uri, &parts.headers);
+    // A handler may name its tenant by a header; which handler is known
+    // only once the provider has read the kind.
+    let kept_headers = shared
+        .engine
+        .registry()
+        .has_tenant_headers()
+        .then(|| parts.headers.clone());
     let answer = match verify(provider, parts.headers, raw.clone(), url).await {
         Ok(Verdict::Handshake(answer)) => {
             tracing::info!("handshake answered; nothing recorded");
             Ok(Answer::Handshake(answer))
         }
-        Ok(Verdict::Event(event)) => accept(shared, source, event, &raw).await,
+        Ok(Verdict::Event(event)) => {
+            accept(shared, source, event, &raw, kept_headers.as_ref()).await
+        }
         Err(rejection) => Err(rejection),
     };
     (answer, true)
@@ -169,12 +179,16 @@ async fn accept(
     source: &str,
     verified: VerifiedEvent,
     body: &[u8],
+    headers: Option<&HeaderMap>,
 ) -> Result<Answer, ReceiverRejection> {
     let replay = replay_key_for(&shared.engine, source, &verified).await;
     let mut event = match verified.id {
         Some(id) => NewEvent::with_id(source, id, verified.kind, verified.payload),
         None => NewEvent::from_body(source, verified.kind, body, verified.payload),
     };
+    if let Some(headers) = headers {
+        event.tenant = tenant_of_delivery(shared, &event, headers);
+    }
     let span = tracing::Span::current();
     span.record("event_id", event.dedup_key.as_str());
     span.record("kind", event.kind.as_str());
@@ -216,6 +230,27 @@ async fn accept(
         }
         Err(error) => Err(store_rejection(error)),
     }
+}
+
+/// The tenant a delivery's header names, when the handler of its kind
+/// reads its tenant from a header (`Handler::tenant_header`). A delivery
+/// without a usable value is still recorded, outside any tenant's share:
+/// refusing it would only make the provider send it again.
+fn tenant_of_delivery(shared: &Shared, event: &NewEvent, headers: &HeaderMap) -> Option<String> {
+    let name = shared
+        .engine
+        .registry()
+        .find(&event.source, &event.kind)?
+        .tenant_header()?;
+    let tenant = tenant_from_header(headers.get_all(name).iter().map(HeaderValue::as_bytes));
+    if tenant.is_none() {
+        tracing::info!(
+            header = name,
+            "the tenant header is missing, repeated or not visible text: the event is claimed \
+             outside any tenant's share"
+        );
+    }
+    tenant
 }
 
 /// The answer to a store error while accepting: the provider retries.

@@ -42,6 +42,7 @@ mod receiver_in_an_app;
 mod receiver_limits;
 mod receiver_outage;
 mod receiver_providers;
+mod receiver_tenants;
 mod replay;
 mod shopify_topics;
 

@@ -9,6 +9,7 @@ use std::sync::LazyLock;
 
 use crate::handler::Registry;
 use crate::plan::Plan;
+use crate::tenant::tenant_name;
 use tickmark_driver::event::{Accepted, EventState, NewEvent};
 use tickmark_driver::flow::Debounce;
 use tickmark_driver::retry::RetryPolicy;
@@ -71,7 +72,10 @@ pub fn plan_event<'r>(
         resource_key: ordering.resource_key,
         resource_seq: ordering.resource_seq,
         limit: handler.and_then(|h| h.concurrency_of(&event.source, &event.payload)),
-        tenant_key: handler.and_then(|h| h.tenant_of(&event.payload)),
+        tenant_key: handler.and_then(|h| match &event.tenant {
+            Some(tenant) => Some(tenant_name(tenant.clone())),
+            None => h.tenant_of(&event.payload),
+        }),
         head_start_ms: handler.map_or(0, |h| h.head_start_ms),
         debounce,
         match_keys: registry.match_keys_of(&event.source, &event.kind, &event.payload),
