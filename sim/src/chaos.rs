@@ -10,7 +10,7 @@ use tickmark::EventState;
 use tokio::time::Instant;
 
 use crate::journal::Fault;
-use crate::steps::PAYMENT;
+use crate::steps::{PAYMENT, SYNC};
 use crate::world::{Run, LEASE};
 use crate::SimError;
 
@@ -169,6 +169,7 @@ fn current_step_name(kind: &str, next_step: i32) -> &'static str {
         (PAYMENT, 0) => "charge",
         (PAYMENT, 1) => "ledger",
         (PAYMENT, _) => "receipt",
+        (SYNC, _) => "sync",
         _ => "apply",
     }
 }

@@ -1,7 +1,10 @@
 //! The deliveries of a run: which events, how many copies of each, and when
 //! each copy arrives (duplicated, delayed, out of order), and the sender
-//! that retries a copy, as providers do, until a process answers.
+//! that retries a copy, as providers do, until a process answers. Among
+//! them, one shop floods the inbox while a few quiet shops send one or two
+//! events each (fair share across tenants).
 
+use std::ops::Range;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -10,7 +13,7 @@ use tickmark::NewEvent;
 
 use crate::dice::Dice;
 use crate::journal::{Fault, Journal};
-use crate::steps::{ORDERED, PAYMENT, SOURCE};
+use crate::steps::{ORDERED, PAYMENT, SOURCE, SYNC};
 use crate::world::Run;
 
 /// Deliveries arrive within this long of the start.
@@ -29,11 +32,13 @@ pub struct Delivered {
     pub copies: Vec<Duration>,
 }
 
-/// The events of a run and when each copy of each is delivered.
+/// The events of a run and when each copy of each is delivered: payments
+/// and ordered events at random moments of the first minute, then one
+/// shop's flood of syncs with a few quiet shops' syncs arriving behind it.
 pub fn plan_deliveries(dice: &Dice, journal: &Journal) -> Vec<Delivered> {
     let count = 12 + dice.below(0..13) as usize;
     let mut next_seq = [0i64; 2];
-    (0..count)
+    let mut planned: Vec<(&str, serde_json::Value, Duration)> = (0..count)
         .map(|i| {
             let ordered = dice.chance(0.3);
             let (kind, payload) = if ordered {
@@ -46,7 +51,15 @@ pub fn plan_deliveries(dice: &Dice, journal: &Journal) -> Vec<Delivered> {
             } else {
                 (PAYMENT, serde_json::json!({ "amount": 100 + i }))
             };
-            let mut copies = vec![dice.millis(0..DELIVERIES_WITHIN.as_millis() as u64)];
+            (kind, payload, dice.millis(0..DELIVERIES_WITHIN.as_millis() as u64))
+        })
+        .collect();
+    planned.extend(plan_shops(dice));
+    planned
+        .into_iter()
+        .enumerate()
+        .map(|(i, (kind, payload, first))| {
+            let mut copies = vec![first];
             while copies.len() < 3 && dice.chance(0.3) {
                 copies.push(dice.millis(0..DELIVERIES_WITHIN.as_millis() as u64));
             }
@@ -65,6 +78,38 @@ pub fn plan_deliveries(dice: &Dice, journal: &Journal) -> Vec<Delivered> {
             }
         })
         .collect()
+}
+
+/// How many syncs the loud shop's flood holds (a bulk import).
+const FLOOD: Range<u64> = 6..10;
+/// The flood begins at a moment of this span from the start...
+const FLOOD_WITHIN: Duration = Duration::from_secs(30);
+/// ...and all of it arrives within this many milliseconds.
+const FLOOD_SPREAD_MS: u64 = 500;
+/// How many quiet shops there are; each sends one or two syncs.
+const QUIET_SHOPS: Range<u64> = 2..4;
+/// A quiet shop's sync arrives this long after the flood began, while the
+/// flood is queued.
+const QUIET_AFTER_MS: Range<u64> = 200..5_000;
+
+/// The syncs of the tenants (`steps::SYNC`): the loud shop's flood, and
+/// the quiet shops' syncs behind it, with when each is first delivered.
+fn plan_shops(dice: &Dice) -> Vec<(&'static str, serde_json::Value, Duration)> {
+    let flood_at = dice.millis(0..FLOOD_WITHIN.as_millis() as u64);
+    let mut planned: Vec<_> = (0..dice.below(FLOOD))
+        .map(|n| {
+            let at = flood_at + dice.millis(0..FLOOD_SPREAD_MS);
+            (SYNC, serde_json::json!({ "shop": "loud", "n": n }), at)
+        })
+        .collect();
+    for shop in 0..dice.below(QUIET_SHOPS) {
+        for n in 0..dice.below(1..3) {
+            let at = flood_at + dice.millis(QUIET_AFTER_MS);
+            let payload = serde_json::json!({ "shop": format!("quiet_{shop}"), "n": n });
+            planned.push((SYNC, payload, at));
+        }
+    }
+    planned
 }
 
 /// Send one copy of a delivery at `at`, retrying (as providers do) until a

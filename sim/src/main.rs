@@ -22,7 +22,7 @@ use tickmark_sim::{run, Fault, RunReport, Variant};
         scripts/simulate --seed 1234               one seed, with its trace\n  \
         scripts/simulate --broken --seeds 50       each broken variant must be caught\n  \
         RUST_LOG=tickmark=debug scripts/simulate --seed 1234   the engine's logs too\n\n\
-        A run takes about 0.25 s (debug build). What is simulated, what is real and\n\
+        A run takes about 0.28 s (debug build). What is simulated, what is real and\n\
         what is not covered: docs/simulation.md."
 )]
 struct Args {

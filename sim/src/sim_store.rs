@@ -26,6 +26,7 @@ use crate::db::DbThread;
 use crate::dice::Dice;
 use crate::journal::{Charge, Fault, Journal};
 use crate::process::{FaultSwitch, ProcessState};
+use crate::steps::tenant_of;
 use crate::variant::Variant;
 
 /// What every process's store shares.
@@ -318,8 +319,11 @@ impl Store for SimStore {
                     .iter()
                     .map(|c| {
                         let over = if c.took_over { " (took over)" } else { "" };
+                        let tenant = tenant_of(&c.event.payload)
+                            .map(|tenant| format!(" [{tenant}]"))
+                            .unwrap_or_default();
                         format!(
-                            "e{}@{} step {}{over}",
+                            "e{}@{} step {}{tenant}{over}",
                             c.lease.event_seq, c.lease.token, c.next_step
                         )
                     })

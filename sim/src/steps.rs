@@ -162,10 +162,22 @@ impl Step for LedgerApart {
 pub const PAYMENT: &str = "payment";
 /// The kind of a one-step event ordered per account by `/seq`.
 pub const ORDERED: &str = "ordered";
+/// The kind of a one-step event of a shop, claimed in fair shares per shop
+/// (its tenant, at [`TENANT_KEY`]).
+pub const SYNC: &str = "sync";
+/// Where a `sync` event's tenant is in its payload.
+pub const TENANT_KEY: &str = "/shop";
 /// The source of every simulated event.
 pub const SOURCE: &str = "sim";
 /// The ledger step's position in a payment.
 pub const LEDGER_POSITION: i32 = 1;
+
+/// The tenant an event's handler names, if any.
+pub fn tenant_of(payload: &serde_json::Value) -> Option<&str> {
+    payload
+        .pointer(TENANT_KEY)
+        .and_then(serde_json::Value::as_str)
+}
 
 /// The handlers every simulated process registers.
 pub fn handlers(variant: Variant) -> Handlers {
@@ -198,7 +210,12 @@ pub fn handlers(variant: Variant) -> Handlers {
         .named_step("apply", Call { position: 0 })
         .skip_stale("/account", "/seq")
         .retry(retry);
+    let sync = Handler::new()
+        .named_step("sync", Call { position: 0 })
+        .tenant_key(TENANT_KEY)
+        .retry(retry);
     Handlers::new()
         .on(SOURCE, PAYMENT, payment)
         .on(SOURCE, ORDERED, ordered)
+        .on(SOURCE, SYNC, sync)
 }
