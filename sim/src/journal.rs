@@ -5,7 +5,7 @@
 //! marked, a live lease taken over, a crashed process still talking to the
 //! database) are made here, as it happens.
 
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::fmt::Write as _;
 use std::sync::{Arc, Mutex};
 
@@ -68,6 +68,18 @@ pub struct StepStart {
     pub at_entry: u64,
 }
 
+/// A batch claim that leased events, as the fairness check reads it.
+#[derive(Debug, Clone)]
+pub struct BatchClaim {
+    /// Simulated time since the start, in seconds.
+    pub at: f64,
+    /// The tenants it did not serve that had an event it could take (as it
+    /// ended: it changed none of theirs), and perhaps some it served.
+    pub waiting: BTreeSet<String>,
+    /// The events it leased that have a tenant: (row number, tenant).
+    pub leased: Vec<(i64, String)>,
+}
+
 #[derive(Debug, Default)]
 struct Facts {
     trace: Vec<String>,
@@ -97,6 +109,8 @@ struct Facts {
     new_answers: BTreeMap<String, u32>,
     /// Per ordered account, the sequences whose first step started, in order.
     ordered_runs: BTreeMap<String, Vec<i64>>,
+    /// The batch claims that leased events, in order.
+    batch_claims: Vec<BatchClaim>,
 }
 
 /// How a claim leased an event: what the blame check compares at a takeover.
@@ -328,6 +342,19 @@ impl Journal {
         });
     }
 
+    /// A batch claim committed and leased events (`leased`: those with a
+    /// tenant), while `waiting` tenants had an event it could take.
+    pub fn batch_claimed(&self, waiting: BTreeSet<String>, leased: Vec<(i64, String)>) {
+        let at = self.clock.elapsed().as_secs_f64();
+        self.with(|facts| {
+            facts.batch_claims.push(BatchClaim {
+                at,
+                waiting,
+                leased,
+            })
+        });
+    }
+
     /// An accept of delivery `id` was answered `New`.
     pub fn answered_new(&self, id: &str) {
         self.with(|facts| *facts.new_answers.entry(id.to_owned()).or_default() += 1);
@@ -341,6 +368,7 @@ impl Journal {
             effects: facts.effects.clone(),
             new_answers: facts.new_answers.clone(),
             ordered_runs: facts.ordered_runs.clone(),
+            batch_claims: facts.batch_claims.clone(),
         })
     }
 
@@ -389,4 +417,6 @@ pub struct JournalSnapshot {
     pub new_answers: BTreeMap<String, u32>,
     /// Ordered events' first-step starts per account.
     pub ordered_runs: BTreeMap<String, Vec<i64>>,
+    /// The batch claims that leased events, in order.
+    pub batch_claims: Vec<BatchClaim>,
 }

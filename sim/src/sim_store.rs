@@ -5,8 +5,9 @@
 //! after committing, runs to completion on the database thread, and is
 //! traced and checked as it returns.
 
+use std::collections::BTreeSet;
 use std::future::Future;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
@@ -26,7 +27,7 @@ use crate::db::DbThread;
 use crate::dice::Dice;
 use crate::journal::{Charge, Fault, Journal};
 use crate::process::{FaultSwitch, ProcessState};
-use crate::steps::tenant_of;
+use crate::steps::{tenant_of, SYNC};
 use crate::variant::Variant;
 
 /// What every process's store shares.
@@ -238,6 +239,36 @@ fn ok<T>(_: &T) -> Option<String> {
     Some("ok".to_owned())
 }
 
+/// The tenants with an event a batch claim could take at `now`: due and
+/// pending, or running under a lease that expired by `now` and was claimed
+/// in a batch and never interrupted; not a suspect (the store's `claimable`
+/// for a batch claim, for the `sync` handler's events, which are neither
+/// ordered nor limited). The tenant is read from the payload, where the
+/// handler names it, not from the store's column.
+async fn tenants_waiting(
+    pool: &sqlx::SqlitePool,
+    now: DateTime<Utc>,
+) -> Result<BTreeSet<String>, sqlx::Error> {
+    let now = now.to_rfc3339_opts(chrono::SecondsFormat::Millis, true);
+    let payloads: Vec<String> = sqlx::query_scalar(
+        "SELECT payload FROM tickmark_events
+         WHERE kind = ?1 AND due_at <= ?2 AND NOT suspect
+           AND (state = 'pending'
+                OR (state = 'running' AND NOT claimed_alone AND interrupted = 0))",
+    )
+    .bind(SYNC)
+    .bind(now)
+    .fetch_all(pool)
+    .await?;
+    Ok(payloads
+        .iter()
+        .filter_map(|payload| {
+            let payload: serde_json::Value = serde_json::from_str(payload).ok()?;
+            tenant_of(&payload).map(str::to_owned)
+        })
+        .collect())
+}
+
 fn outcome_of<T>(result: &Result<T, StoreError>) -> String {
     match result {
         Ok(_) => "ok".to_owned(),
@@ -291,6 +322,14 @@ impl Store for SimStore {
         &self,
         params: &ClaimParams<'_>,
     ) -> Result<Vec<ClaimedEvent>, StoreError> {
+        // The tenants a batch claim that leased events left waiting (for the
+        // fair-share check), read as it ends, at its time, before anything
+        // else reaches the database. The claim changed only the events it
+        // leased, so every tenant it did not serve waited as it began (the
+        // check needs no more of a tenant it served), and an idle worker's
+        // empty poll costs no read.
+        let waiting: Mutex<Option<Result<BTreeSet<String>, sqlx::Error>>> = Mutex::default();
+        let seen_waiting = &waiting;
         let claim = || {
             if self.world.variant == Variant::ClaimIgnoresExpiry {
                 // Broken on purpose: every running lease looks expired.
@@ -308,7 +347,15 @@ impl Store for SimStore {
                 );
                 let _ = self.world.db.block(alone.execute(self.inner.pool()));
             }
-            self.inner.event_claim_many(params)
+            let now = self.journal().now();
+            async move {
+                let claimed = self.inner.event_claim_many(params).await;
+                if !params.alone && claimed.as_ref().is_ok_and(|c| !c.is_empty()) {
+                    let tenants = tenants_waiting(self.inner.pool(), now).await;
+                    *seen_waiting.lock().unwrap_or_else(|p| p.into_inner()) = Some(tenants);
+                }
+                claimed
+            }
         };
         let until = || self.lease_until(params.lease_for);
         self.write(
@@ -346,6 +393,23 @@ impl Store for SimStore {
                         c.took_over,
                         charge,
                     );
+                }
+                let waiting = waiting.lock().unwrap_or_else(|p| p.into_inner()).take();
+                match waiting {
+                    Some(Ok(waiting)) => {
+                        let leased = claimed
+                            .iter()
+                            .filter_map(|c| {
+                                let tenant = tenant_of(&c.event.payload)?;
+                                Some((c.lease.event_seq, tenant.to_owned()))
+                            })
+                            .collect();
+                        self.journal().batch_claimed(waiting, leased);
+                    }
+                    Some(Err(error)) => self.journal().violation(format!(
+                        "harness: the fairness check could not read the waiting tenants: {error}"
+                    )),
+                    _ => {}
                 }
             },
         )
