@@ -347,6 +347,14 @@ impl Store for SimStore {
                 );
                 let _ = self.world.db.block(alone.execute(self.inner.pool()));
             }
+            if self.world.variant == Variant::ClaimsInDueOrder {
+                // Broken on purpose: no event has a tenant, so the claim
+                // takes the oldest due events, whoever they are for.
+                let untenanted = sqlx::query(
+                    "UPDATE tickmark_events SET tenant_key = NULL WHERE tenant_key IS NOT NULL",
+                );
+                let _ = self.world.db.block(untenanted.execute(self.inner.pool()));
+            }
             let now = self.journal().now();
             async move {
                 let claimed = self.inner.event_claim_many(params).await;

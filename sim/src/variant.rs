@@ -20,15 +20,20 @@ pub enum Variant {
     /// one it held alone: before each claim, the simulator makes every
     /// running lease look claimed alone.
     ChargesTheBatch,
+    /// A claim that ignores tenants and takes the oldest due events: before
+    /// each claim, the simulator clears every event's tenant, so a flood
+    /// of one tenant's events holds every other tenant's behind it.
+    ClaimsInDueOrder,
 }
 
 impl Variant {
     /// Every broken variant.
-    pub const BROKEN: [Variant; 4] = [
+    pub const BROKEN: [Variant; 5] = [
         Variant::MarkIgnoresFence,
         Variant::ClaimIgnoresExpiry,
         Variant::EffectCommitsApart,
         Variant::ChargesTheBatch,
+        Variant::ClaimsInDueOrder,
     ];
 
     /// Its name on the command line.
@@ -39,6 +44,7 @@ impl Variant {
             Variant::ClaimIgnoresExpiry => "claim-ignores-expiry",
             Variant::EffectCommitsApart => "effect-commits-apart",
             Variant::ChargesTheBatch => "charges-the-batch",
+            Variant::ClaimsInDueOrder => "claims-in-due-order",
         }
     }
 }
