@@ -32,13 +32,30 @@ pub struct Delivered {
     pub copies: Vec<Duration>,
 }
 
+/// What a run delivers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Workload {
+    /// Payments, ordered events, and the shops' syncs (fair share).
+    #[default]
+    Everything,
+    /// Payments and ordered events only, with no `sync` handler: the runs
+    /// of the simulator before the shops joined it, draw for draw. The
+    /// seeds that found bugs then (`sim/tests/simulation.rs`) replay their
+    /// schedules with it.
+    WithoutShops,
+}
+
 /// The events of a run and when each copy of each is delivered: payments
-/// and ordered events at random moments of the first minute, then one
-/// shop's flood of syncs with a few quiet shops' syncs arriving behind it.
-pub fn plan_deliveries(dice: &Dice, journal: &Journal) -> Vec<Delivered> {
+/// and ordered events at random moments of the first minute, then (with
+/// [`Workload::Everything`]) one shop's flood of syncs with a few quiet
+/// shops' syncs arriving behind it.
+pub fn plan_deliveries(dice: &Dice, journal: &Journal, workload: Workload) -> Vec<Delivered> {
     let count = 12 + dice.below(0..13) as usize;
     let mut next_seq = [0i64; 2];
-    let mut planned: Vec<(&str, serde_json::Value, Duration)> = (0..count)
+    // Each event's draws, its copies' included, before the next event's:
+    // the order the runs before the shops drew in (`Workload::WithoutShops`
+    // replays those runs draw for draw).
+    let mut planned: Vec<Delivered> = (0..count)
         .map(|i| {
             let ordered = dice.chance(0.3);
             let (kind, payload) = if ordered {
@@ -51,33 +68,46 @@ pub fn plan_deliveries(dice: &Dice, journal: &Journal) -> Vec<Delivered> {
             } else {
                 (PAYMENT, serde_json::json!({ "amount": 100 + i }))
             };
-            (kind, payload, dice.millis(0..DELIVERIES_WITHIN.as_millis() as u64))
+            let first = dice.millis(0..DELIVERIES_WITHIN.as_millis() as u64);
+            delivered(dice, journal, i, kind, payload, first)
         })
         .collect();
-    planned.extend(plan_shops(dice));
+    if workload == Workload::Everything {
+        let shops = plan_shops(dice);
+        for (i, (kind, payload, first)) in (count..).zip(shops) {
+            planned.push(delivered(dice, journal, i, kind, payload, first));
+        }
+    }
     planned
-        .into_iter()
-        .enumerate()
-        .map(|(i, (kind, payload, first))| {
-            let mut copies = vec![first];
-            while copies.len() < 3 && dice.chance(0.3) {
-                copies.push(dice.millis(0..DELIVERIES_WITHIN.as_millis() as u64));
-            }
-            let id = format!("evt_{i}");
-            if copies.len() > 1 {
-                journal.fault(
-                    Fault::DuplicateDelivery,
-                    format!("{id} is delivered {} times", copies.len()),
-                );
-            }
-            Delivered {
-                id,
-                kind: kind.to_owned(),
-                payload,
-                copies,
-            }
-        })
-        .collect()
+}
+
+/// Event `evt_{i}`, first delivered at `first`, and its further copies
+/// (duplicated deliveries, each at a random moment of the first minute).
+fn delivered(
+    dice: &Dice,
+    journal: &Journal,
+    i: usize,
+    kind: &str,
+    payload: serde_json::Value,
+    first: Duration,
+) -> Delivered {
+    let mut copies = vec![first];
+    while copies.len() < 3 && dice.chance(0.3) {
+        copies.push(dice.millis(0..DELIVERIES_WITHIN.as_millis() as u64));
+    }
+    let id = format!("evt_{i}");
+    if copies.len() > 1 {
+        journal.fault(
+            Fault::DuplicateDelivery,
+            format!("{id} is delivered {} times", copies.len()),
+        );
+    }
+    Delivered {
+        id,
+        kind: kind.to_owned(),
+        payload,
+        copies,
+    }
 }
 
 /// How many syncs the loud shop's flood holds (a bulk import).

@@ -29,9 +29,10 @@ mod world;
 use std::collections::BTreeMap;
 use std::time::Duration;
 
+pub use deliveries::Workload;
 pub use journal::Fault;
 pub use variant::Variant;
-pub use world::run;
+pub use world::{run, run_with};
 
 /// What one run did and found.
 #[derive(Debug, Clone)]

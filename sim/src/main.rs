@@ -8,7 +8,7 @@ use std::process::ExitCode;
 use std::time::Instant;
 
 use clap::Parser;
-use tickmark_sim::{run, Fault, RunReport, Variant};
+use tickmark_sim::{run, run_with, Fault, RunReport, Variant, Workload};
 
 /// Run the real engine under a seeded clock, scheduler and faults, and check
 /// tickmark's guarantees after every run. A failing seed prints the command
@@ -45,6 +45,11 @@ struct Args {
     /// Run the first seed twice and fail unless both traces agree.
     #[arg(long)]
     check_replay: bool,
+    /// With `--seed`: deliver no shops' syncs, as the simulator did before
+    /// fair share joined it (the seeds in sim/tests/simulation.rs that found
+    /// bugs then replay their schedules so).
+    #[arg(long, requires = "seed")]
+    without_shops: bool,
 }
 
 fn main() -> ExitCode {
@@ -61,7 +66,12 @@ fn main() -> ExitCode {
             .init();
     }
     if let Some(seed) = args.seed {
-        return replay(seed, args.variant);
+        let workload = if args.without_shops {
+            Workload::WithoutShops
+        } else {
+            Workload::Everything
+        };
+        return replay(seed, args.variant, workload);
     }
     let mut ok = true;
     if args.check_replay {
@@ -154,9 +164,13 @@ fn sweep(from: u64, seeds: u64, variant: Variant) -> bool {
 }
 
 /// Run one seed and print its trace.
-fn replay(seed: u64, variant: Variant) -> ExitCode {
-    let Some(report) = one(seed, variant) else {
-        return ExitCode::FAILURE;
+fn replay(seed: u64, variant: Variant, workload: Workload) -> ExitCode {
+    let report = match run_with(seed, variant, workload) {
+        Ok(report) => report,
+        Err(error) => {
+            eprintln!("seed {seed}: the harness failed: {error}");
+            return ExitCode::FAILURE;
+        }
     };
     for line in &report.trace {
         println!("{line}");

@@ -24,6 +24,7 @@ use tickmark_driver::store::{
 };
 
 use crate::db::DbThread;
+use crate::deliveries::Workload;
 use crate::dice::Dice;
 use crate::journal::{Charge, Fault, Journal};
 use crate::process::{FaultSwitch, ProcessState};
@@ -43,6 +44,8 @@ pub struct World {
     pub faults: Arc<FaultSwitch>,
     /// Which store variant runs.
     pub variant: Variant,
+    /// What the run delivers.
+    pub workload: Workload,
 }
 
 /// The store one process incarnation talks through.

@@ -12,6 +12,7 @@ use tickmark::{Handler, Handlers, Step, StepContext, StepError, StepResult};
 use tickmark_driver::retry::RetryPolicy;
 
 use crate::db::DbThread;
+use crate::deliveries::Workload;
 use crate::dice::Dice;
 use crate::journal::Journal;
 use crate::process::ProcessState;
@@ -180,7 +181,7 @@ pub fn tenant_of(payload: &serde_json::Value) -> Option<&str> {
 }
 
 /// The handlers every simulated process registers.
-pub fn handlers(variant: Variant) -> Handlers {
+pub fn handlers(variant: Variant, workload: Workload) -> Handlers {
     let retry = RetryPolicy {
         jitter: 0.2,
         ..RetryPolicy::attempts(4).delays(
@@ -214,8 +215,13 @@ pub fn handlers(variant: Variant) -> Handlers {
         .named_step("sync", Call { position: 0 })
         .tenant_key(TENANT_KEY)
         .retry(retry);
-    Handlers::new()
+    let handlers = Handlers::new()
         .on(SOURCE, PAYMENT, payment)
-        .on(SOURCE, ORDERED, ordered)
-        .on(SOURCE, SYNC, sync)
+        .on(SOURCE, ORDERED, ordered);
+    match workload {
+        Workload::Everything => handlers.on(SOURCE, SYNC, sync),
+        // No tenant key anywhere: the workers claim as they did before
+        // fair share (no fair claim, their usual prefetch).
+        Workload::WithoutShops => handlers,
+    }
 }

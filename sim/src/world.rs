@@ -20,7 +20,7 @@ use tokio_util::sync::CancellationToken;
 use crate::chaos::chaos;
 use crate::clock::SimClock;
 use crate::db::DbThread;
-use crate::deliveries::{plan_deliveries, send};
+use crate::deliveries::{plan_deliveries, send, Workload};
 use crate::dice::Dice;
 use crate::invariants::check;
 use crate::journal::Journal;
@@ -77,13 +77,14 @@ impl Run {
             Arc::clone(&state),
             self.world.clone(),
         ));
-        let engine = Engine::new(store, handlers(self.world.variant))?.with_resource(SimContext {
-            journal: self.world.journal.clone(),
-            process: Arc::clone(&state),
-            dice: self.world.dice.clone(),
-            db: Arc::clone(&self.world.db),
-            pool: inner.pool().clone(),
-        });
+        let engine = Engine::new(store, handlers(self.world.variant, self.world.workload))?
+            .with_resource(SimContext {
+                journal: self.world.journal.clone(),
+                process: Arc::clone(&state),
+                dice: self.world.dice.clone(),
+                db: Arc::clone(&self.world.db),
+                pool: inner.pool().clone(),
+            });
         let config = WorkerConfig::default()
             .with_name(name.clone())
             .with_lease(LEASE)
@@ -116,21 +117,30 @@ impl Run {
     }
 }
 
-/// Run seed `seed` against `variant`.
+/// Run seed `seed` against `variant`, with every kind of delivery.
 pub fn run(seed: u64, variant: Variant) -> Result<RunReport, SimError> {
+    run_with(seed, variant, Workload::Everything)
+}
+
+/// Run seed `seed` against `variant`, delivering `workload`.
+pub fn run_with(seed: u64, variant: Variant, workload: Workload) -> Result<RunReport, SimError> {
     tickmark_driver::jitter::seed_this_thread(Some(seed.rotate_left(17) ^ 0x5eed));
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_time()
         .start_paused(true)
         .build()?;
-    let report = runtime.block_on(run_in_runtime(seed, variant));
+    let report = runtime.block_on(run_in_runtime(seed, variant, workload));
     // The processes' tasks (hung crashed ones included) go with the runtime.
     runtime.shutdown_background();
     tickmark_driver::jitter::seed_this_thread(None);
     report
 }
 
-async fn run_in_runtime(seed: u64, variant: Variant) -> Result<RunReport, SimError> {
+async fn run_in_runtime(
+    seed: u64,
+    variant: Variant,
+    workload: Workload,
+) -> Result<RunReport, SimError> {
     let dir = tempfile::tempdir()?;
     let url = format!("sqlite://{}", dir.path().join("sim.db").display());
     let clock = SimClock::start();
@@ -156,6 +166,7 @@ async fn run_in_runtime(seed: u64, variant: Variant) -> Result<RunReport, SimErr
             journal: journal.clone(),
             faults: Arc::clone(&faults),
             variant,
+            workload,
         },
         stores,
         slots: Arc::default(),
@@ -166,7 +177,7 @@ async fn run_in_runtime(seed: u64, variant: Variant) -> Result<RunReport, SimErr
         run.slots().push(slot);
     }
 
-    let deliveries = plan_deliveries(&dice, &journal);
+    let deliveries = plan_deliveries(&dice, &journal, workload);
     let acknowledged = Arc::new(AtomicUsize::new(0));
     let copies: usize = deliveries.iter().map(|d| d.copies.len()).sum();
     for delivery in &deliveries {
