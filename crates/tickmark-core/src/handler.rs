@@ -79,8 +79,9 @@ pub enum HandlerConfigError {
         /// The missing limit.
         limit: String,
     },
-    /// `Handler::rate_limited` or a limit came before any step, or a
-    /// concurrency limit of zero.
+    /// `Handler::rate_limited` or a limit came before any step, a
+    /// concurrency limit of zero, a tenant header that is not a header
+    /// name, or a head start over [`MAX_HEAD_START`].
     #[error("handler for ({source_name}, {kind}): {problem}")]
     Misplaced {
         /// The handler's source.
@@ -396,7 +397,8 @@ impl Handler {
         match TenantKey::header(name) {
             Ok(key) => self.tenant = Some(key),
             Err(_) => {
-                self.problem = Some("tenant_header() takes a header name: letters, digits and `-`")
+                self.problem =
+                    Some("tenant_header() takes a header name: 1 to 64 letters, digits, `-` or `_`")
             }
         }
         self
@@ -964,6 +966,40 @@ mod tests {
         assert!(plan_of("stripe", "charge.failed").contains("\"source_wide\""));
         assert!(plan_of("paddle", "invoice.paid").contains("\"kind_wide\""));
         assert!(plan_of("github", "push").contains("\"fallback\""));
+    }
+
+    #[test]
+    fn a_bad_tenant_header_or_too_long_a_head_start_is_refused_at_start() {
+        let compile = |handler: Handler| Handlers::new().on("shop", "k", handler).compile();
+        let header = compile(
+            Handler::new()
+                .named_step("a", Tick)
+                .tenant_header("bad header"),
+        );
+        assert!(
+            matches!(&header, Err(HandlerConfigError::Misplaced { problem, .. }) if problem.contains("tenant_header")),
+            "{header:?}"
+        );
+        let week = compile(
+            Handler::new()
+                .named_step("a", Tick)
+                .head_start(MAX_HEAD_START * 2),
+        );
+        assert!(
+            matches!(&week, Err(HandlerConfigError::Misplaced { problem, .. }) if problem.contains("head_start")),
+            "{week:?}"
+        );
+        let fine = compile(
+            Handler::new()
+                .named_step("a", Tick)
+                .tenant_header("X-Shopify-Shop-Domain")
+                .head_start(MAX_HEAD_START),
+        )
+        .unwrap();
+        let handler = fine.find("shop", "k").unwrap();
+        assert_eq!(handler.tenant_header(), Some("x-shopify-shop-domain"));
+        assert_eq!(handler.head_start_ms, 7 * 24 * 3600 * 1000);
+        assert!(fine.has_tenants() && fine.has_tenant_headers());
     }
 
     #[test]

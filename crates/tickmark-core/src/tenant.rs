@@ -26,7 +26,7 @@ pub enum TenantKey {
 
 /// Why a tenant header name was refused.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("`{0}` is not a header name: use letters, digits and `-` (e.g. X-Shopify-Shop-Domain)")]
+#[error("`{0}` is not a header name: use 1 to 64 letters, digits, `-` or `_` (e.g. X-Shopify-Shop-Domain)")]
 pub struct TenantHeaderError(pub String);
 
 impl TenantKey {
