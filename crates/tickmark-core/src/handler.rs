@@ -395,8 +395,8 @@ impl Handler {
     /// with [`NewEvent::with_tenant`](tickmark_driver::event::NewEvent::with_tenant).
     pub fn tenant_header(mut self, name: &str) -> Self {
         match TenantKey::header(name) {
-            Ok(key) => self.tenant = Some(key),
-            Err(_) => {
+            Some(key) => self.tenant = Some(key),
+            None => {
                 self.problem =
                     Some("tenant_header() takes a header name: 1 to 64 letters, digits, `-` or `_`")
             }

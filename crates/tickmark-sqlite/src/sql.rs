@@ -82,8 +82,8 @@ pub const EVENT_ANY_DUE: &str = concat!(
     LIMIT CASE WHEN ?2 > 0 THEN 1 ELSE 0 END"
 );
 
-/// The due events, walking `tickmark_events_rank` in order (the due time
-/// less a handler's head start: migration 0013) (inside the write
+/// The due events, walking `tickmark_events_rank` (the due time less a
+/// handler's head start: migration 0013) in order (inside the write
 /// transaction, so no other writer can claim them in between), at most `?2`.
 pub const EVENT_DUE: &str = concat!(
     due_columns!(),
