@@ -65,10 +65,14 @@ CREATE TABLE tickmark_events (
     queued_due_at timestamp with time zone,
     tenant_key text,
     head_start_ms integer NOT NULL DEFAULT 0,
+    traceparent text,
+    tracestate text,
     CONSTRAINT tickmark_events_dedup UNIQUE (source, dedup_key),
     CONSTRAINT tickmark_events_head_start_ms_check CHECK ((head_start_ms >= 0)),
     CONSTRAINT tickmark_events_pkey PRIMARY KEY (id),
-    CONSTRAINT tickmark_events_state_check CHECK ((state = ANY (ARRAY['pending'::text, 'running'::text, 'done'::text, 'dead'::text, 'parked'::text, 'ignored'::text, 'cancelled'::text, 'stale'::text, 'superseded'::text])))
+    CONSTRAINT tickmark_events_state_check CHECK ((state = ANY (ARRAY['pending'::text, 'running'::text, 'done'::text, 'dead'::text, 'parked'::text, 'ignored'::text, 'cancelled'::text, 'stale'::text, 'superseded'::text]))),
+    CONSTRAINT tickmark_events_traceparent_check CHECK ((length(traceparent) = 55)),
+    CONSTRAINT tickmark_events_tracestate_check CHECK ((length(tracestate) <= 512))
 ) WITH (fillfactor=50);
 
 CREATE TABLE tickmark_fair_clock (

@@ -61,7 +61,9 @@ CREATE TABLE "tickmark_events" (
         CASE WHEN head_start_ms = 0 THEN due_at
              ELSE strftime('%Y-%m-%dT%H:%M:%fZ', due_at, '-' || (head_start_ms / 1000.0) || ' seconds')
         END
-    ) VIRTUAL,
+    ) VIRTUAL, traceparent TEXT
+    CHECK (length(traceparent) = 55), tracestate TEXT
+    CHECK (length(tracestate) <= 512),
     UNIQUE (source, dedup_key)
 ) STRICT;
 

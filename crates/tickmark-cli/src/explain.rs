@@ -474,6 +474,7 @@ mod tests {
             interrupted: 0,
             last_error: None,
             finished_at: None,
+            trace: None,
         }
     }
 

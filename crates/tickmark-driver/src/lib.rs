@@ -32,8 +32,10 @@ pub mod jitter;
 pub mod ordering;
 pub mod retry;
 pub mod store;
+pub mod trace_context;
 pub mod wait;
 
 pub use event::{Event, EventState, NewEvent, StepState};
 pub use retry::RetryPolicy;
 pub use store::{Backend, StepTransaction, Store, StoreError};
+pub use trace_context::TraceContext;

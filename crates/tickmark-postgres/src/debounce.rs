@@ -7,6 +7,7 @@ use chrono::{DateTime, Utc};
 use super::{accept_lock, sql, PostgresStore};
 use tickmark_driver::store::debounce::{coalesce, superseded_note, Waiting};
 use tickmark_driver::store::{DebounceInsert, EventInsert, InsertOutcome, StoreError};
+use tickmark_driver::trace_context::TraceContext;
 
 impl PostgresStore {
     pub(super) async fn insert_debounced(
@@ -39,6 +40,8 @@ impl PostgresStore {
             .bind(debounce.key)
             .bind(event.tenant_key)
             .bind(event.head_start_ms)
+            .bind(event.trace.map(TraceContext::traceparent))
+            .bind(event.trace.and_then(TraceContext::tracestate))
             .fetch_optional(&mut *tx)
             .await?;
         let Some((seq, now)) = inserted else {

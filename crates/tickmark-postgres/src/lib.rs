@@ -37,6 +37,7 @@ use tickmark_driver::store::{
     RateTake, RateTaken, ReconcileCursor, ReconcileLease, Release, SequenceCheck, StepStatus,
     StepTransaction, Store, StoreError, WaitSettled, WaitStep, Wakeups,
 };
+use tickmark_driver::trace_context::TraceContext;
 
 /// Apply tickmark's schema on an application's pool (what `tickmark::migrate` does).
 pub use migrate::run_on_pool as migrate_pool;
@@ -426,6 +427,16 @@ fn insert_many(
                                 .collect::<Vec<_>>(),
                         )
                         .bind(rows.iter().map(|e| e.head_start_ms).collect::<Vec<_>>())
+                        .bind(
+                            rows.iter()
+                                .map(|e| e.trace.as_ref().map(TraceContext::traceparent))
+                                .collect::<Vec<_>>(),
+                        )
+                        .bind(
+                            rows.iter()
+                                .map(|e| e.trace.as_ref().and_then(TraceContext::tracestate))
+                                .collect::<Vec<_>>(),
+                        )
                         .fetch_all(&mut *tx)
                         .await?;
                 let refused = undo_tombstoned(&mut tx, inserted.iter().map(|(id, ..)| *id)).await?;
@@ -565,7 +576,16 @@ fn record_from_row(row: &PgRow) -> Result<EventRecord, StoreError> {
         interrupted: row.try_get("interrupted")?,
         last_error: row.try_get("last_error")?,
         finished_at: row.try_get("finished_at")?,
+        trace: trace_from_row(row)?,
     })
+}
+
+/// The trace context stored with the event (migration 0020), if any.
+fn trace_from_row(row: &PgRow) -> Result<Option<TraceContext>, sqlx::Error> {
+    Ok(TraceContext::from_columns(
+        row.try_get("traceparent")?,
+        row.try_get("tracestate")?,
+    ))
 }
 
 fn status_from_row(row: &PgRow) -> Result<StepStatus, StoreError> {
@@ -659,6 +679,7 @@ impl Store for PostgresStore {
                     took_over: row.try_get("took_over")?,
                     resource_key: row.try_get("resource_key")?,
                     resource_seq: row.try_get("resource_seq")?,
+                    trace: trace_from_row(row)?,
                 })
             })
             .collect()

@@ -13,20 +13,21 @@ pub const EVENT_INSERT_MANY: &str = "
     WITH rows AS (
         SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[],
                              $6::text[], $7::int[], $8::timestamptz[], $9::text[], $10::bigint[],
-                             $12::text[], $13::text[], $14::int[], $15::text[], $16::int[])
+                             $12::text[], $13::text[], $14::int[], $15::text[], $16::int[],
+                             $17::text[], $18::text[])
             WITH ORDINALITY
             AS r (source, dedup_key, kind, payload, plan, state, step_count, not_before,
                   resource_key, resource_seq, replay_key, limit_key, limit_n, tenant_key,
-                  head_start_ms, ord)
+                  head_start_ms, traceparent, tracestate, ord)
     ),
     inserted AS (
         INSERT INTO tickmark_events
             (source, dedup_key, kind, payload, plan, state, step_count, due_at, resource_key,
              resource_seq, replay_key, limit_key, limit_n, tenant_key, head_start_ms,
-             queued_due_at)
+             traceparent, tracestate, queued_due_at)
         SELECT source, dedup_key, kind, payload::json, plan::json, state, step_count,
                coalesce(not_before, now()), resource_key, resource_seq, replay_key,
-               limit_key, limit_n, tenant_key, head_start_ms,
+               limit_key, limit_n, tenant_key, head_start_ms, traceparent, tracestate,
                CASE WHEN state IN ('pending', 'running') THEN coalesce(not_before, now()) END
         FROM rows ORDER BY ord
         ON CONFLICT DO NOTHING
@@ -80,9 +81,9 @@ pub const DEBOUNCE_INSERT: &str = "
     INSERT INTO tickmark_events
         (source, dedup_key, kind, payload, plan, state, step_count, due_at, resource_key,
          resource_seq, replay_key, limit_key, limit_n, debounce_key, burst_started_at, tenant_key,
-         head_start_ms)
+         head_start_ms, traceparent, tracestate)
     VALUES ($1, $2, $3, $4::json, $5::json, 'pending', $6, now(), $7, $8, $9, $10, $11, $12,
-            now(), $13, $14)
+            now(), $13, $14, $15, $16)
     ON CONFLICT DO NOTHING
     RETURNING id, now()";
 
@@ -138,10 +139,17 @@ pub const DEBOUNCE_SCHEDULE: &str = "
 /// refuses for good ("cached plan must not change result type"), so a
 /// worker of this release keeps claiming through the next upgrade
 /// (migration 0013 says how the previous release's did not).
+///
+/// The trace context is read beside the function (migration 0020), not
+/// through it: it never changes after the accept, so the statement's
+/// snapshot of the row, taken before the claim's own update, holds it, and
+/// the claim function stays as it is.
 pub const EVENT_CLAIM_MANY: &str = "
-    SELECT id, source, dedup_key, kind, payload, received_at, plan, next_step, attempt,
-           lease_token, took_over, resource_key, resource_seq, interrupted
-    FROM tickmark_claim($1, $2::int, $3, $4, $5, $6, $7)";
+    SELECT c.id, c.source, c.dedup_key, c.kind, c.payload, c.received_at, c.plan, c.next_step,
+           c.attempt, c.lease_token, c.took_over, c.resource_key, c.resource_seq, c.interrupted,
+           e.traceparent, e.tracestate
+    FROM tickmark_claim($1, $2::int, $3, $4, $5, $6, $7) AS c
+    JOIN tickmark_events AS e ON e.id = c.id";
 
 /// Extend every lease still held under its token; an expired lease is not
 /// revived. The caller sorts by event, the lock order of the mark batches.
@@ -310,19 +318,22 @@ pub const EVENT_OLDEST_PENDING_AGE: &str = "
 /// One event by row number.
 pub const EVENT_GET: &str = "
     SELECT id, source, dedup_key, kind, payload::text AS payload, received_at, state, step_count,
-           next_step, attempt, due_at, lease_owner, lease_token, takeovers, interrupted, last_error, finished_at
+           next_step, attempt, due_at, lease_owner, lease_token, takeovers, interrupted, last_error, finished_at,
+           traceparent, tracestate
     FROM tickmark_events WHERE id = $1";
 
 /// One event by dedup key.
 pub const EVENT_FIND: &str = "
     SELECT id, source, dedup_key, kind, payload::text AS payload, received_at, state, step_count,
-           next_step, attempt, due_at, lease_owner, lease_token, takeovers, interrupted, last_error, finished_at
+           next_step, attempt, due_at, lease_owner, lease_token, takeovers, interrupted, last_error, finished_at,
+           traceparent, tracestate
     FROM tickmark_events WHERE source = $1 AND dedup_key = $2";
 
 /// One event by its replay key (unique per source, like the dedup key).
 pub const EVENT_FIND_BY_REPLAY_KEY: &str = "
     SELECT id, source, dedup_key, kind, payload::text AS payload, received_at, state, step_count,
-           next_step, attempt, due_at, lease_owner, lease_token, takeovers, interrupted, last_error, finished_at
+           next_step, attempt, due_at, lease_owner, lease_token, takeovers, interrupted, last_error, finished_at,
+           traceparent, tracestate
     FROM tickmark_events WHERE source = $1 AND replay_key = $2";
 
 /// Outputs of the done steps, for resuming.

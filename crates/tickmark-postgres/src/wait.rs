@@ -12,6 +12,7 @@ use chrono::{DateTime, Utc};
 use super::{accept_lock, admin_sql, PostgresStore};
 use tickmark_driver::store::wait::{decide, WaitDecision};
 use tickmark_driver::store::{EventInsert, InsertOutcome, StoreError, WaitSettled, WaitStep};
+use tickmark_driver::trace_context::TraceContext;
 
 /// Accepts and waits of one key take turns (until the transaction ends).
 const WAIT_LOCK: &str = "
@@ -56,9 +57,10 @@ const WAIT_RELEASE: &str = "
 const MATCHABLE_INSERT: &str = "
     INSERT INTO tickmark_events
         (source, dedup_key, kind, payload, plan, state, step_count, due_at, resource_key,
-         resource_seq, replay_key, limit_key, limit_n, tenant_key, head_start_ms)
+         resource_seq, replay_key, limit_key, limit_n, tenant_key, head_start_ms, traceparent,
+         tracestate)
     VALUES ($1, $2, $3, $4::json, $5::json, $6, $7, coalesce($8, now()), $9, $10, $11, $12, $13,
-            $14, $15)
+            $14, $15, $16, $17)
     ON CONFLICT DO NOTHING
     RETURNING id";
 
@@ -184,6 +186,8 @@ impl PostgresStore {
             .bind(event.limit_n)
             .bind(event.tenant_key)
             .bind(event.head_start_ms)
+            .bind(event.trace.map(TraceContext::traceparent))
+            .bind(event.trace.and_then(TraceContext::tracestate))
             .fetch_optional(&mut *tx)
             .await?;
         let Some(seq) = inserted else {

@@ -6,6 +6,7 @@ use super::time::{format_time, parse_time_opt};
 use super::{sql, SqliteStore};
 use tickmark_driver::store::debounce::{coalesce, superseded_note, Waiting};
 use tickmark_driver::store::{DebounceInsert, EventInsert, InsertOutcome, StoreError};
+use tickmark_driver::trace_context::TraceContext;
 
 impl SqliteStore {
     pub(super) async fn insert_debounced(
@@ -35,6 +36,8 @@ impl SqliteStore {
             .bind(debounce.key)
             .bind(event.tenant_key)
             .bind(event.head_start_ms)
+            .bind(event.trace.map(TraceContext::traceparent))
+            .bind(event.trace.and_then(TraceContext::tracestate))
             .fetch_optional(&mut *tx)
             .await?;
         let Some(seq) = inserted else {

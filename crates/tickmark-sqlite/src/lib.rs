@@ -47,6 +47,7 @@ use tickmark_driver::store::{
     RateTake, RateTaken, ReconcileCursor, ReconcileLease, Release, SequenceCheck, StepStatus,
     StepTransaction, Store, StoreError, WaitSettled, WaitStep, Wakeups,
 };
+use tickmark_driver::trace_context::TraceContext;
 use time::{format_time, parse_time, parse_time_opt};
 
 /// Apply tickmark's schema on an application's pool (what `tickmark::migrate` does).
@@ -468,6 +469,8 @@ async fn insert_one(
         .bind(event.limit_n)
         .bind(event.tenant_key.as_deref())
         .bind(event.head_start_ms)
+        .bind(event.trace.as_ref().map(TraceContext::traceparent))
+        .bind(event.trace.as_ref().and_then(TraceContext::tracestate))
         .fetch_optional(&mut *conn)
         .await?;
     if let (Some(seq), false) = (inserted, event.match_keys.is_empty()) {
@@ -562,7 +565,16 @@ fn record_from_row(row: &SqliteRow) -> Result<EventRecord, StoreError> {
         interrupted: row.try_get("interrupted")?,
         last_error: row.try_get("last_error")?,
         finished_at: parse_time_opt(row.try_get("finished_at")?)?,
+        trace: trace_from_row(row)?,
     })
+}
+
+/// The trace context stored with the event (migration 0014), if any.
+fn trace_from_row(row: &SqliteRow) -> Result<Option<TraceContext>, sqlx::Error> {
+    Ok(TraceContext::from_columns(
+        row.try_get("traceparent")?,
+        row.try_get("tracestate")?,
+    ))
 }
 
 fn status_from_row(row: &SqliteRow) -> Result<StepStatus, StoreError> {
@@ -722,6 +734,7 @@ impl Store for SqliteStore {
                     took_over,
                     resource_key: row.try_get("resource_key")?,
                     resource_seq: row.try_get("resource_seq")?,
+                    trace: trace_from_row(row)?,
                 })
             })
             .collect()

@@ -57,6 +57,7 @@ async fn plans_check_passes_for_known_steps_and_flags_unknown_ones() {
             limit_n: None,
             tenant_key: None,
             head_start_ms: 0,
+            trace: None,
             debounce: None,
             match_keys: &[],
         })

@@ -282,6 +282,7 @@ pub async fn an_unknown_step_type_parks_the_event(db: TestDb) {
             limit_n: None,
             tenant_key: None,
             head_start_ms: 0,
+            trace: None,
             debounce: None,
             match_keys: &[],
         })

@@ -6,6 +6,7 @@ use chrono::{DateTime, Utc};
 use serde::Serialize;
 
 use crate::event::{Event, EventState, StepState};
+use crate::trace_context::TraceContext;
 use crate::wait::{OnTimeout, WaitOutcome};
 
 /// An event to insert into the inbox.
@@ -46,6 +47,9 @@ pub struct EventInsert<'a> {
     /// Claimed as if due this many milliseconds earlier (`Handler::head_start`):
     /// its rank in the claim order is its due time less this. 0: none.
     pub head_start_ms: i32,
+    /// The trace context of the span that accepted it (the engine's `otel`
+    /// feature): every run of the event continues that trace.
+    pub trace: Option<&'a TraceContext>,
     /// Coalesce with the waiting events of a key (debounce): inserted in a
     /// transaction of its own, not batched.
     pub debounce: Option<DebounceInsert<'a>>,
@@ -88,6 +92,7 @@ impl EventInsert<'_> {
             limit_n: self.limit_n,
             tenant_key: self.tenant_key.map(str::to_owned),
             head_start_ms: self.head_start_ms,
+            trace: self.trace.cloned(),
             #[cfg(feature = "sqlite")]
             match_keys: self.match_keys.to_vec(),
         }
@@ -127,6 +132,8 @@ pub struct OwnedEventInsert {
     pub tenant_key: Option<String>,
     #[doc(hidden)]
     pub head_start_ms: i32,
+    #[doc(hidden)]
+    pub trace: Option<TraceContext>,
     /// Only SQLite batches accepts with match keys; PostgreSQL gives them
     /// a transaction of their own (`store/postgres/wait.rs`).
     #[cfg(feature = "sqlite")]
@@ -235,6 +242,8 @@ pub struct ClaimedEvent {
     pub resource_key: Option<String>,
     /// Its sequence, when stale events are skipped.
     pub resource_seq: Option<i64>,
+    /// The trace its runs continue (see [`EventInsert::trace`]).
+    pub trace: Option<TraceContext>,
 }
 
 impl ClaimedEvent {
@@ -527,6 +536,9 @@ pub struct EventRecord {
     pub last_error: Option<String>,
     /// When it reached done, dead or parked.
     pub finished_at: Option<DateTime<Utc>>,
+    /// The trace its runs continue, when it was accepted with tracing on.
+    #[serde(skip)]
+    pub trace: Option<TraceContext>,
 }
 
 /// One row of the step-status table (`tickmark_step_status`).
