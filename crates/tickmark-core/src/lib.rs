@@ -41,6 +41,7 @@ pub mod runner;
 mod secret;
 pub mod step;
 pub mod tenant;
+pub mod trace;
 
 pub use context::{Output, StepContext, StepOutputs};
 pub use engine::Engine;

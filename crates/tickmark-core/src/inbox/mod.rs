@@ -66,6 +66,7 @@ pub async fn accept(
         .await?;
         let accepted = planned.accepted(outcome);
         tracing::debug!(?accepted, "accepted");
+        record_verdict(store, event, accepted).await;
         Ok(accepted)
     }
     .instrument(accept_span(event))
@@ -90,6 +91,7 @@ pub async fn accept_in(
         let outcome = store.event_insert_in(conn, &planned.insert(event)).await?;
         let accepted = planned.accepted(outcome);
         tracing::debug!(?accepted, "accepted in the caller's transaction");
+        record_verdict(store, event, accepted).await;
         Ok(accepted)
     }
     .instrument(accept_span(event))
@@ -101,6 +103,35 @@ fn accept_span(event: &NewEvent) -> tracing::Span {
         "accept",
         event_id = %event.dedup_key,
         source = %event.source,
-        kind = %event.kind
+        kind = %event.kind,
+        verdict = tracing::field::Empty,
     )
+}
+
+/// Name the dedup decision on the accept's span (`new`, `ignored`,
+/// `duplicate`) and, while traces are exported, link a duplicate's span to
+/// the trace of the event it repeats: one read of that event, only then.
+async fn record_verdict(store: &dyn Store, event: &NewEvent, accepted: Accepted) {
+    let span = tracing::Span::current();
+    let verdict = match accepted {
+        Accepted::New { .. } => "new",
+        Accepted::Ignored { .. } => "ignored",
+        Accepted::Duplicate => "duplicate",
+    };
+    span.record("verdict", verdict);
+    if accepted.is_new() || !crate::trace::recording() {
+        return;
+    }
+    let recorded = match store.event_find(&event.source, &event.dedup_key).await {
+        Ok(None) => match &event.replay_key {
+            Some(key) => store.event_find_by_replay_key(&event.source, key).await,
+            None => Ok(None),
+        },
+        found => found,
+    };
+    // A pruned event (a tombstone) has no trace left to link to; a failed
+    // read only costs the link.
+    if let Ok(Some(trace)) = recorded.map(|record| record.and_then(|r| r.trace)) {
+        crate::trace::link_to(&span, &trace);
+    }
 }

@@ -15,6 +15,7 @@ use tickmark_driver::flow::Debounce;
 use tickmark_driver::retry::RetryPolicy;
 use tickmark_driver::store::admin::Replan;
 use tickmark_driver::store::{DebounceInsert, EventInsert, InsertOutcome, StoreError};
+use tickmark_driver::trace_context::TraceContext;
 
 /// The plan stored with an ignored event (no handler): no steps. Encoded once.
 static IGNORED_PLAN: LazyLock<String> = LazyLock::new(|| {
@@ -34,13 +35,15 @@ pub struct PlannedEvent<'r> {
     limit: Option<(String, i32)>,
     tenant_key: Option<String>,
     head_start_ms: i32,
+    trace: Option<TraceContext>,
     debounce: Option<(&'r Debounce, String)>,
     match_keys: Vec<String>,
 }
 
 /// Plan `event` with `registry`: its handler's plan (or the empty plan of
-/// an ignored event, when no handler takes its source and kind), and the
-/// ordering, concurrency, tenant, debounce and match keys its payload gives.
+/// an ignored event, when no handler takes its source and kind), the
+/// ordering, concurrency, tenant, debounce and match keys its payload gives,
+/// and the trace context of the span it is planned in (an accept's).
 pub fn plan_event<'r>(
     registry: &'r Registry,
     event: &NewEvent,
@@ -77,6 +80,8 @@ pub fn plan_event<'r>(
             None => h.tenant_of(&event.payload),
         }),
         head_start_ms: handler.map_or(0, |h| h.head_start_ms),
+        // The accept's span, which the event's runs continue (`trace.rs`).
+        trace: crate::trace::current(),
         debounce,
         match_keys: registry.match_keys_of(&event.source, &event.kind, &event.payload),
     })
@@ -101,6 +106,7 @@ impl PlannedEvent<'_> {
             limit_n: self.limit.as_ref().map(|(_, n)| *n),
             tenant_key: self.tenant_key.as_deref(),
             head_start_ms: self.head_start_ms,
+            trace: self.trace.as_ref(),
             debounce: self
                 .debounce
                 .as_ref()

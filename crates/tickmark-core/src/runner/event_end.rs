@@ -26,3 +26,23 @@ pub enum EventEnd {
     /// The store kept failing; the lease will expire and another claim resumes.
     Abandoned,
 }
+
+impl EventEnd {
+    /// How a step attempt that ended the run this way is named on its span
+    /// (`outcome`): `done` for a step marked done that did not end it.
+    pub fn name(self) -> &'static str {
+        match self {
+            EventEnd::Done => "done",
+            EventEnd::RetryScheduled => "retry_scheduled",
+            EventEnd::Dead => "dead",
+            EventEnd::Parked => "parked",
+            EventEnd::Stale => "stale",
+            EventEnd::Snoozed => "snoozed",
+            EventEnd::Throttled => "throttled",
+            EventEnd::Waiting => "waiting",
+            EventEnd::Released => "released",
+            EventEnd::LeaseLost => "lease_lost",
+            EventEnd::Abandoned => "abandoned",
+        }
+    }
+}

@@ -20,6 +20,7 @@ use super::settle::Settle;
 use super::shared::RunnerShared;
 use super::slots::Slot;
 use crate::context::StepOutputs;
+use crate::idempotency::idempotency_key;
 use crate::plan::{Action, Plan};
 use crate::step::FailureKind;
 #[cfg(feature = "testing")]
@@ -169,6 +170,39 @@ impl<'a> EventRun<'a> {
         attempt: Attempt,
         slot: &mut Slot,
     ) -> Result<(), EventEnd> {
+        let event = &self.claimed.event;
+        let name = &self.plan.steps[position].name;
+        // Its attributes in a trace too (docs/observability.md): ids and
+        // counts, never the payload or an output.
+        let span = tracing::info_span!(
+            "step",
+            event_id = %event.id,
+            step = %name,
+            position,
+            attempt = attempt.run,
+            charged = attempt.charged,
+            interrupted = self.claimed.interrupted,
+            took_over = self.claimed.took_over && position == self.first,
+            idempotency_key = %idempotency_key(&event.source, &event.id, name),
+            outcome = tracing::field::Empty,
+        );
+        // A child of the span that accepted the event, not of this run's:
+        // a run cut short by a crash never ends its span, so the next run's
+        // attempts would hang from one the collector never receives.
+        crate::trace::continue_under(&span, self.claimed.trace.as_ref());
+        let ran = self.run_step_in(position, attempt, slot, &span).await;
+        span.record("outcome", ran.err().map_or("done", EventEnd::name));
+        ran
+    }
+
+    /// [`run_step_at`](Self::run_step_at) under the attempt's `span`.
+    async fn run_step_in(
+        &mut self,
+        position: usize,
+        attempt: Attempt,
+        slot: &mut Slot,
+        span: &tracing::Span,
+    ) -> Result<(), EventEnd> {
         let Attempt {
             run: attempt,
             charged,
@@ -176,13 +210,6 @@ impl<'a> EventRun<'a> {
         let shared = self.shared;
         let plan = Arc::clone(&self.plan);
         let planned = &plan.steps[position];
-        let span = tracing::info_span!(
-            "step",
-            event_id = %self.claimed.event.id,
-            step = %planned.name,
-            position,
-            attempt
-        );
         // Never `span.enter()` here: a guard held across the awaits below
         // leaks the span into other tasks polled on this thread (and panics
         // tracing-subscriber when the task resumes on another thread).
@@ -202,7 +229,7 @@ impl<'a> EventRun<'a> {
             // store call, or in a process paused past it): another worker may
             // have run this step already. Never start a step on a lease that
             // is not certainly ours (found by the simulator: seed 83).
-            tracing::warn!(parent: &span, "lease lost or expired before the step started; another worker resumes the event");
+            tracing::warn!(parent: span, "lease lost or expired before the step started; another worker resumes the event");
             return Err(EventEnd::LeaseLost);
         }
         let retry = plan.retry_of(position);
@@ -264,16 +291,16 @@ impl<'a> EventRun<'a> {
 
         match run {
             Err(error) => {
-                tracing::warn!(parent: &span, %error, "could not open the step's transaction; giving the event back");
+                tracing::warn!(parent: span, %error, "could not open the step's transaction; giving the event back");
                 Err(settle.release(&Release::now(true)).await)
             }
             Ok(StepRun::Cancelled) if shared.hard_stop.is_cancelled() => {
-                tracing::info!(parent: &span, "grace period over; step cancelled, giving the event back");
+                tracing::info!(parent: span, "grace period over; step cancelled, giving the event back");
                 // It started: the attempt counts.
                 Err(settle.release(&Release::now(false)).await)
             }
             Ok(StepRun::Cancelled) => {
-                tracing::warn!(parent: &span, "lease lost while the step ran; another worker resumes the event");
+                tracing::warn!(parent: span, "lease lost while the step ran; another worker resumes the event");
                 Err(EventEnd::LeaseLost)
             }
             Ok(StepRun::Finished {
