@@ -117,6 +117,7 @@
 //! | `cli` | [`cli`] and the `tickmark` binary |
 //! | `reconcile` | [`reconcile`] and `tickmark reconcile`: an HTTPS client (rustls) for the providers' APIs |
 //! | `testing` | `tickmark::testing`, the test kit for your own handlers (off by default: a `[dev-dependencies]` feature) |
+//! | `otel` | [`otel`]: traces exported over OTLP/HTTP, one trace per event across retries and crashes (off by default) |
 //!
 //! At least one backend is needed. The engine itself (steps, handlers, the
 //! inbox, workers, operator actions, metrics counters) is in every build.
@@ -149,6 +150,9 @@ pub mod operator;
 #[cfg(feature = "dashboard")]
 #[cfg_attr(docsrs, doc(cfg(feature = "dashboard")))]
 pub mod ops;
+#[cfg(feature = "otel")]
+#[cfg_attr(docsrs, doc(cfg(feature = "otel")))]
+pub mod otel;
 #[cfg(feature = "receiver")]
 #[cfg_attr(docsrs, doc(cfg(feature = "receiver")))]
 pub mod receiver;
@@ -162,6 +166,7 @@ pub mod store;
 #[cfg(feature = "testing")]
 #[cfg_attr(docsrs, doc(cfg(feature = "testing")))]
 pub mod testing;
+pub mod trace;
 pub mod wait;
 
 pub use error::Error;
