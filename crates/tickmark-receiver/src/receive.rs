@@ -130,7 +130,11 @@ async fn verify_and_accept(
             Ok(Answer::Handshake(answer))
         }
         Ok(Verdict::Event(event)) => {
-            accept(shared, source, event, &raw, kept_headers.as_ref()).await
+            let answer = accept(shared, source, event, &raw, kept_headers.as_ref()).await;
+            if let Ok(answer) = &answer {
+                tracing::Span::current().record("verdict", answer.verdict());
+            }
+            answer
         }
         Err(rejection) => Err(rejection),
     };

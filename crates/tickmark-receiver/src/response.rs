@@ -49,6 +49,27 @@ pub enum Answer {
     Handshake(serde_json::Value),
 }
 
+impl Answer {
+    /// The dedup decision in a word, as the delivery's span names it:
+    /// `new`, `ignored`, `duplicate` (its event id was seen), `replay` (its
+    /// signed content was seen under another id), `handshake`.
+    pub fn verdict(&self) -> &'static str {
+        match self {
+            Answer::New { .. } => "new",
+            Answer::Ignored { .. } => "ignored",
+            Answer::Duplicate {
+                matched: DedupMatch::EventId,
+                ..
+            } => "duplicate",
+            Answer::Duplicate {
+                matched: DedupMatch::ReplayKey,
+                ..
+            } => "replay",
+            Answer::Handshake(_) => "handshake",
+        }
+    }
+}
+
 /// Which key made a delivery a [duplicate](Answer::Duplicate).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum DedupMatch {

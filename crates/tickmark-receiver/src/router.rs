@@ -30,6 +30,7 @@ use tracing::Instrument;
 use super::receive::receive;
 use super::response::ReceiverRejection;
 use super::Shared;
+use tickmark_driver::trace_context::TraceContext;
 use tickmark_serve::{Limits, OVERLOAD_RETRY_AFTER};
 
 /// The delivery route at `path` (a checked template) over `shared`.
@@ -83,11 +84,29 @@ async fn deliver(
         source = %name,
         provider = provider.name(),
         event_id = Empty,
-        kind = Empty
+        kind = Empty,
+        verdict = Empty,
     );
+    // A sender that traces its deliveries (a service of the team's own,
+    // through a generic source) starts the event's trace under its span.
+    // Unsigned and untrusted: it only names a parent, checked for shape.
+    tickmark_core::trace::continue_under(&span, sender_trace(request.headers()).as_ref());
     receive(&shared, &name, &provider, request)
         .instrument(span)
         .await
+}
+
+/// The W3C trace context a delivery carries, when it is well formed: one
+/// `traceparent` (and at most one `tracestate`).
+fn sender_trace(headers: &http::HeaderMap) -> Option<TraceContext> {
+    let one = |name| {
+        let mut values = headers.get_all(name).iter();
+        match (values.next(), values.next()) {
+            (Some(value), None) => value.to_str().ok(),
+            _ => None,
+        }
+    };
+    TraceContext::parse(one("traceparent")?, one("tracestate"))
 }
 
 /// `GET /healthz`: the process is up and serving. It does not touch the
