@@ -260,3 +260,25 @@ pub fn init_tracing() {
         .with_test_writer()
         .try_init();
 }
+
+/// [`init_tracing`], and traces exported as the `OTEL_*` variables say
+/// (a test's worker process, pointed at a loopback collector): keep the
+/// answer alive while the process runs.
+pub fn init_tracing_and_traces(service_name: &str) -> Option<tickmark::otel::Traces> {
+    use tracing_subscriber::layer::SubscriberExt;
+    use tracing_subscriber::util::SubscriberInitExt;
+    use tracing_subscriber::Layer;
+
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
+    let traces = tickmark::otel::Traces::from_env(service_name).expect("valid OTEL_* settings");
+    let _ = tracing_subscriber::registry()
+        .with(
+            tracing_subscriber::fmt::layer()
+                .with_test_writer()
+                .with_filter(filter),
+        )
+        .with(traces.as_ref().map(tickmark::otel::Traces::layer))
+        .try_init();
+    traces
+}

@@ -18,6 +18,7 @@ pub mod fault_queue;
 pub mod github_api;
 pub mod http_client;
 pub mod meeting;
+pub mod otlp_collector;
 pub mod per_backend;
 pub mod pg_auto_failover;
 pub mod pg_cluster;

@@ -78,7 +78,8 @@ fn parse_args() -> Result<Args, String> {
 
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
-    tickmark_tests::db::init_tracing();
+    // Traces to a collector when a test asks (OTEL_EXPORTER_OTLP_ENDPOINT).
+    let _traces = tickmark_tests::db::init_tracing_and_traces("tickmark-test-worker");
     let args = parse_args()?;
     let store = tickmark::connect(&args.database_url).await?;
     let probe = Probe::connect(args.probe_url.as_deref().unwrap_or(&args.database_url)).await;

@@ -16,6 +16,9 @@ mod heartbeat;
 mod poison;
 mod prefetch;
 
+// Traces exported to a loopback OpenTelemetry collector.
+mod traces;
+
 // Embedding tickmark in an application.
 mod accept_in;
 mod app_pool;

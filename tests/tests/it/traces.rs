@@ -1,0 +1,340 @@
+//! OpenTelemetry traces (docs/observability.md), as a collector receives
+//! them: spans exported over real HTTP to a loopback OTLP collector that
+//! decodes them with the official protobuf definitions
+//! (`tickmark_tests::otlp_collector`).
+//!
+//! One trace per event: its accept is the root, and every step attempt is
+//! a span under it, across a worker process killed in the middle of a step
+//! and the takeover by another, and across a retry days later. A duplicate
+//! delivery links to the event's trace; an outbound call carries the step's
+//! `traceparent`; nothing of the payload reaches a span.
+
+use std::process::Stdio;
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
+
+use axum::http::HeaderMap;
+use axum::routing::post;
+use axum::Router;
+use serde::{Deserialize, Serialize};
+use serde_json::json;
+use tickmark::otel::Traces;
+use tickmark::testing::TestEngine;
+use tickmark::{
+    Backend, Handler, Handlers, NewEvent, RetryPolicy, Step, StepContext, StepError, StepResult,
+};
+use tickmark_steps::HttpCall;
+use tickmark_tests::conformance::{engine, quick_worker};
+use tickmark_tests::otlp_collector::{CollectedSpan, OtlpCollector};
+use tickmark_tests::test_steps::{Credit, Record};
+use tickmark_tests::{wait, TestDb};
+use tokio::process::Command;
+use tracing_subscriber::layer::SubscriberExt;
+
+const WORKER: &str = env!("CARGO_BIN_EXE_tickmark-test-worker");
+
+/// In every payload: it must reach no span.
+const MARKER: &str = "marker-5c1e@example.com";
+
+/// Export this thread's spans (the test's runtime is on it) to `collector`.
+fn trace_this_thread(collector: &OtlpCollector) -> (Traces, tracing::subscriber::DefaultGuard) {
+    let traces = Traces::to_collector(&collector.endpoint(), "tickmark-tests").expect("exporter");
+    let subscriber = tracing_subscriber::registry().with(traces.layer());
+    let guard = tracing::subscriber::set_default(subscriber);
+    (traces, guard)
+}
+
+fn of_event<'a>(spans: &'a [CollectedSpan], name: &str, id: &str) -> Vec<&'a CollectedSpan> {
+    spans
+        .iter()
+        .filter(|span| span.name == name && span.attr("event_id") == Some(id))
+        .collect()
+}
+
+/// The step attempts of event `id`: (step, attempt, outcome, service).
+fn attempts(spans: &[CollectedSpan], id: &str) -> Vec<(String, String, String, String)> {
+    let mut attempts: Vec<_> = of_event(spans, "step", id)
+        .into_iter()
+        .map(|span| {
+            (
+                span.attr("step").unwrap_or_default().to_owned(),
+                span.attr("attempt").unwrap_or_default().to_owned(),
+                span.attr("outcome").unwrap_or_default().to_owned(),
+                span.service.clone(),
+            )
+        })
+        .collect();
+    attempts.sort();
+    attempts
+}
+
+fn no_payload_in(spans: &[CollectedSpan]) {
+    for span in spans {
+        assert!(
+            span.texts().all(|text| !text.contains(MARKER)),
+            "the payload reached a span: {span:#?}"
+        );
+    }
+}
+
+/// A worker process is SIGKILLed in the middle of step 2 of 3, and a worker
+/// in this process takes the event over: the collector receives one trace,
+/// rooted at the accept, whose step attempts (from both processes) are each
+/// a child of the accept, the takeover's saying so. The attempt the kill cut
+/// short never ended, so its span never left the process; the next attempt
+/// of the step is numbered 2. A duplicate delivery is its own trace, linked
+/// to the event's.
+async fn one_trace_across_a_kill_and_a_takeover(backend: Backend) {
+    let Some(db) = TestDb::new(backend).await else {
+        return;
+    };
+    let collector = OtlpCollector::start().await;
+    let (traces, _traced) = trace_this_thread(&collector);
+    let engine = engine(
+        &db,
+        Handlers::new().on(
+            "shop",
+            "order.paid",
+            Handler::new()
+                .named_step("credit", Credit { amount: 100 })
+                .named_step(
+                    "render",
+                    Record {
+                        first_attempt_pause_ms: 600_000,
+                        ..Record::default()
+                    },
+                )
+                .named_step("notify", Record::default()),
+        ),
+    );
+    let event = NewEvent::with_id(
+        "shop",
+        "evt_traced",
+        "order.paid",
+        json!({ "email": MARKER }),
+    );
+    assert!(engine.accept(event.clone()).await.unwrap().is_new());
+    assert!(!engine.accept(event).await.unwrap().is_new());
+
+    let mut victim = Command::new(WORKER)
+        .args([
+            "--database-url",
+            &db.url,
+            "--name",
+            "victim",
+            "--lease-ms",
+            "2000",
+        ])
+        .env("OTEL_EXPORTER_OTLP_ENDPOINT", collector.endpoint())
+        .env("OTEL_SERVICE_NAME", "victim")
+        .env("OTEL_BSP_SCHEDULE_DELAY", "20")
+        .stdout(Stdio::null())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("start the test worker");
+    wait::until(
+        "the victim is inside step 2",
+        Duration::from_secs(60),
+        || async { db.probe.runs("evt_traced", "render").await == 1 },
+    )
+    .await;
+    collector
+        .wait_for("of the victim's step 1", Duration::from_secs(30), |span| {
+            span.service == "victim" && span.name == "step" && span.attr("step") == Some("credit")
+        })
+        .await;
+    victim.start_kill().expect("SIGKILL");
+    victim.wait().await.unwrap();
+
+    let stats = engine
+        .worker(quick_worker("rescuer"))
+        .expect("valid worker settings")
+        .run_until_idle()
+        .await
+        .unwrap();
+    assert_eq!((stats.takeovers, stats.events_done), (1, 1));
+    traces.flush().expect("the collector took every span");
+    let spans = collector.spans();
+
+    let accepts = of_event(&spans, "accept", "evt_traced");
+    let [first, duplicate] = [Some("new"), Some("duplicate")].map(|verdict| {
+        *accepts
+            .iter()
+            .find(|span| span.attr("verdict") == verdict)
+            .unwrap_or_else(|| panic!("an accept span with verdict {verdict:?}: {accepts:#?}"))
+    });
+    assert_eq!(first.parent_span_id, None, "the accept is the trace's root");
+    let trace = &first.trace_id;
+    assert_ne!(
+        &duplicate.trace_id, trace,
+        "a duplicate is a trace of its own…"
+    );
+    assert_eq!(
+        duplicate.links,
+        [(trace.clone(), first.span_id.clone())],
+        "…linked to the event's"
+    );
+
+    let steps = of_event(&spans, "step", "evt_traced");
+    for step in &steps {
+        assert_eq!(
+            &step.trace_id, trace,
+            "every attempt is in the event's trace: {step:#?}"
+        );
+        assert_eq!(
+            step.parent_span_id.as_ref(),
+            Some(&first.span_id),
+            "every attempt is a child of the accept: {step:#?}"
+        );
+        let name = step.attr("step").unwrap();
+        assert_eq!(
+            step.attr("idempotency_key"),
+            Some(format!("shop:evt_traced:{name}").as_str())
+        );
+    }
+    let s = |text: &str| text.to_owned();
+    assert_eq!(
+        attempts(&spans, "evt_traced"),
+        [
+            (s("credit"), s("1"), s("done"), s("victim")),
+            (s("notify"), s("1"), s("done"), s("tickmark-tests")),
+            (s("render"), s("2"), s("done"), s("tickmark-tests")),
+        ]
+    );
+    let takeover = steps
+        .iter()
+        .find(|step| step.attr("step") == Some("render"))
+        .unwrap();
+    assert_eq!(takeover.attr("took_over"), Some("true"));
+    // The victim held it in a batch: its crash is counted, not charged
+    // (docs/guarantees.md, exact blame).
+    assert_eq!(
+        (takeover.attr("interrupted"), takeover.attr("charged")),
+        (Some("1"), Some("1"))
+    );
+    no_payload_in(&spans);
+    assert_eq!(traces.counts().dropped(), 0);
+}
+
+/// Fails its first attempt, retryably.
+#[derive(Debug, Serialize, Deserialize)]
+struct FailOnce;
+
+#[typetag::serde(name = "traces_fail_once")]
+#[async_trait::async_trait]
+impl Step for FailOnce {
+    async fn run(&self, ctx: &mut StepContext<'_>) -> StepResult {
+        if ctx.attempt() == 1 {
+            return Err(StepError::retryable("the supplier is down"));
+        }
+        Ok(json!({ "attempt": ctx.attempt() }))
+    }
+}
+
+/// A retry two days later (the test kit's clock) joins the event's trace,
+/// and the HTTP call of the step after it sends that step's `traceparent`.
+#[tokio::test]
+async fn a_retry_days_later_joins_the_same_trace_and_calls_carry_it() {
+    let seen: Arc<Mutex<Vec<String>>> = Arc::default();
+    let server = {
+        let seen = Arc::clone(&seen);
+        let app = Router::new().route(
+            "/orders",
+            post(move |headers: HeaderMap| async move {
+                if let Some(parent) = headers.get("traceparent") {
+                    let parent = parent.to_str().unwrap_or_default().to_owned();
+                    seen.lock()
+                        .unwrap_or_else(PoisonError::into_inner)
+                        .push(parent);
+                }
+                "{}"
+            }),
+        );
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        tokio::spawn(async move { axum::serve(listener, app).await });
+        format!("http://{addr}/orders")
+    };
+    let collector = OtlpCollector::start().await;
+    let (traces, _traced) = trace_this_thread(&collector);
+    let kit = TestEngine::sqlite(
+        Handlers::new().on(
+            "shop",
+            "order.paid",
+            Handler::new()
+                .retry(RetryPolicy {
+                    max_attempts: 3,
+                    initial_delay: Duration::from_secs(2 * 24 * 3600),
+                    max_delay: Duration::from_secs(2 * 24 * 3600),
+                    multiplier: 1.0,
+                    jitter: 0.0,
+                })
+                .named_step("reserve", FailOnce)
+                .named_step("order", HttpCall::post(server)),
+        ),
+    )
+    .await
+    .unwrap();
+    kit.deliver(NewEvent::with_id(
+        "shop",
+        "evt_later",
+        "order.paid",
+        json!({ "email": MARKER }),
+    ))
+    .await
+    .unwrap();
+    kit.run_until_idle_within(Duration::from_secs(20))
+        .await
+        .unwrap();
+    kit.advance(Duration::from_secs(3 * 24 * 3600)).unwrap();
+    kit.run_until_idle_within(Duration::from_secs(20))
+        .await
+        .unwrap();
+    kit.assert_done("shop", "evt_later").await.unwrap();
+    traces.flush().expect("the collector took every span");
+    let spans = collector.spans();
+
+    let accept = of_event(&spans, "accept", "evt_later")[0];
+    let s = |text: &str| text.to_owned();
+    let here = s("tickmark-tests");
+    assert_eq!(
+        attempts(&spans, "evt_later"),
+        [
+            (s("order"), s("1"), s("done"), here.clone()),
+            (s("reserve"), s("1"), s("retry_scheduled"), here.clone()),
+            (s("reserve"), s("2"), s("done"), here),
+        ]
+    );
+    let steps = of_event(&spans, "step", "evt_later");
+    for step in &steps {
+        assert_eq!(step.trace_id, accept.trace_id, "{step:#?}");
+        assert_eq!(
+            step.parent_span_id.as_ref(),
+            Some(&accept.span_id),
+            "{step:#?}"
+        );
+    }
+    let order = steps
+        .iter()
+        .find(|step| step.attr("step") == Some("order"))
+        .unwrap();
+    let sent = seen.lock().unwrap_or_else(PoisonError::into_inner).clone();
+    assert_eq!(
+        sent,
+        [format!("00-{}-{}-01", accept.trace_id, order.span_id)],
+        "the call carries its step's span as parent"
+    );
+    no_payload_in(&spans);
+}
+
+// On the test's thread, which the exporting subscriber is the default of
+// (a runtime of one thread: every task the engine spawns runs there too).
+#[tokio::test]
+async fn sqlite_one_trace_across_a_kill_and_a_takeover() {
+    one_trace_across_a_kill_and_a_takeover(Backend::Sqlite).await;
+}
+
+#[tokio::test]
+async fn postgres_one_trace_across_a_kill_and_a_takeover() {
+    one_trace_across_a_kill_and_a_takeover(Backend::Postgres).await;
+}
