@@ -31,6 +31,8 @@ use tickmark_tests::{wait, TestDb};
 use tokio::process::Command;
 use tracing_subscriber::layer::SubscriberExt;
 
+use crate::receiver_support::{all_sources, now, record_everything, Harness, Kind, Transport};
+
 const WORKER: &str = env!("CARGO_BIN_EXE_tickmark-test-worker");
 
 /// In every payload: it must reach no span.
@@ -325,6 +327,72 @@ async fn a_retry_days_later_joins_the_same_trace_and_calls_carry_it() {
         "the call carries its step's span as parent"
     );
     no_payload_in(&spans);
+}
+
+/// A delivery that carries a `traceparent` (a service of the team's own,
+/// through a generic source) starts its event's trace under that parent:
+/// the delivery's span is its child, the accept the delivery's, each step
+/// attempt the accept's. The delivery's span names the verdict. A
+/// malformed `traceparent` names no parent: that delivery is a root.
+async fn a_senders_traceparent_parents_the_events_trace(transport: Transport) {
+    const SENDER_TRACE: &str = "4bf92f3577b34da6a3ce929d0e0e4736";
+    const SENDER_SPAN: &str = "00f067aa0ba902b7";
+    let collector = OtlpCollector::start().await;
+    let (traces, _traced) = trace_this_thread(&collector);
+    let Some(harness) =
+        Harness::new(Backend::Sqlite, transport, record_everything(), all_sources).await
+    else {
+        return;
+    };
+    let kind = Kind::GenericHmac;
+    let traced = |id: &str, traceparent: &str| {
+        kind.delivery(kind.secret(), id, now())
+            .header("traceparent", traceparent)
+            .header("tracestate", "vendor=opaque")
+    };
+    let parent = format!("00-{SENDER_TRACE}-{SENDER_SPAN}-01");
+    for delivery in [
+        traced("evt_child", &parent),
+        traced("evt_child", &parent),
+        traced("evt_orphan", &parent.to_uppercase()),
+    ] {
+        assert_eq!(harness.send(&delivery).await.status, 200);
+    }
+    assert_eq!(harness.run_worker().await.events_done, 2);
+    traces.flush().expect("the collector took every span");
+    let spans = collector.spans();
+
+    let deliveries = of_event(&spans, "webhook", "evt_child");
+    let verdicts: Vec<_> = deliveries.iter().map(|span| span.attr("verdict")).collect();
+    assert_eq!(verdicts, [Some("new"), Some("duplicate")]);
+    for delivery in &deliveries {
+        assert_eq!(delivery.trace_id, SENDER_TRACE);
+        assert_eq!(delivery.parent_span_id.as_deref(), Some(SENDER_SPAN));
+    }
+    let accept = of_event(&spans, "accept", "evt_child")
+        .into_iter()
+        .find(|span| span.attr("verdict") == Some("new"))
+        .expect("the first delivery's accept");
+    assert_eq!(accept.trace_id, SENDER_TRACE);
+    assert_eq!(accept.parent_span_id, Some(deliveries[0].span_id.clone()));
+    let step = of_event(&spans, "step", "evt_child")[0];
+    assert_eq!(
+        (&step.trace_id, step.parent_span_id.as_ref()),
+        (&accept.trace_id, Some(&accept.span_id))
+    );
+    let orphan = of_event(&spans, "webhook", "evt_orphan")[0];
+    assert_eq!(orphan.parent_span_id, None, "{orphan:#?}");
+    assert_ne!(orphan.trace_id, SENDER_TRACE);
+}
+
+#[tokio::test]
+async fn a_senders_traceparent_parents_the_events_trace_in_process() {
+    a_senders_traceparent_parents_the_events_trace(Transport::InProcess).await;
+}
+
+#[tokio::test]
+async fn a_senders_traceparent_parents_the_events_trace_over_a_socket() {
+    a_senders_traceparent_parents_the_events_trace(Transport::Socket).await;
 }
 
 // On the test's thread, which the exporting subscriber is the default of
