@@ -136,3 +136,81 @@ impl<E: SpanExporter> SpanExporter for CountedExporter<E> {
         self.inner.set_resource(resource);
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::sync::mpsc;
+    use std::sync::Mutex;
+
+    use opentelemetry::trace::{Tracer, TracerProvider as _};
+    use opentelemetry_sdk::trace::{
+        BatchConfigBuilder, BatchSpanProcessor, SdkTracerProvider, SpanExporter,
+    };
+
+    use super::*;
+
+    /// A collector that takes each export only when the test lets it: while
+    /// it is held, everything the process ends waits in the queue.
+    #[derive(Debug)]
+    struct HeldCollector {
+        release: Mutex<mpsc::Receiver<()>>,
+    }
+
+    impl SpanExporter for HeldCollector {
+        async fn export(&self, _batch: Vec<SpanData>) -> OTelSdkResult {
+            let release = self.release.lock().unwrap();
+            // The test's sender is dropped once it lets go: every later
+            // export passes at once.
+            let _ = release.recv();
+            Ok(())
+        }
+    }
+
+    /// Ending spans never waits for a stuck collector: past the queue's
+    /// bound they are dropped and counted, and every span is either
+    /// exported once the collector answers or counted as dropped.
+    #[test]
+    fn a_stuck_collector_drops_and_counts_and_never_blocks_the_caller() {
+        const CAPACITY: usize = 4;
+        const SPANS: u64 = 100;
+        let (let_go, release) = mpsc::channel();
+        let counts = Arc::new(SpanCounts::default());
+        let exporter = CountedExporter::new(
+            HeldCollector {
+                release: Mutex::new(release),
+            },
+            Arc::clone(&counts),
+        );
+        let batches = BatchSpanProcessor::builder(exporter)
+            .with_batch_config(
+                BatchConfigBuilder::default()
+                    .with_max_queue_size(CAPACITY)
+                    .with_max_export_batch_size(2)
+                    .build(),
+            )
+            .build();
+        let provider = SdkTracerProvider::builder()
+            .with_span_processor(BoundedProcessor::new(
+                batches,
+                CAPACITY,
+                Arc::clone(&counts),
+            ))
+            .build();
+        let tracer = provider.tracer("test");
+        for _ in 0..SPANS {
+            tracer.in_span("step", |_| {});
+        }
+        // At most the queue and the batch held by the stuck export got in.
+        let admitted = SPANS - counts.dropped();
+        assert!(
+            admitted <= (CAPACITY + 2) as u64,
+            "{admitted} spans admitted past a queue of {CAPACITY}"
+        );
+        assert_eq!(counts.exported(), 0, "the collector has taken nothing yet");
+
+        drop(let_go);
+        provider.shutdown().unwrap();
+        assert_eq!(counts.exported() + counts.dropped(), SPANS);
+        assert_eq!(counts.failed(), 0);
+    }
+}
