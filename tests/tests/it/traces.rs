@@ -18,18 +18,18 @@ use axum::routing::post;
 use axum::Router;
 use serde::{Deserialize, Serialize};
 use serde_json::json;
-use tickmark::otel::Traces;
+use tickmark::dashboard::Dashboard;
 use tickmark::testing::TestEngine;
 use tickmark::{
     Backend, Handler, Handlers, NewEvent, RetryPolicy, Step, StepContext, StepError, StepResult,
 };
 use tickmark_steps::HttpCall;
 use tickmark_tests::conformance::{engine, quick_worker};
-use tickmark_tests::otlp_collector::{CollectedSpan, OtlpCollector};
+use tickmark_tests::http_client::{oneshot, Outgoing};
+use tickmark_tests::otlp_collector::{trace_this_process, CollectedSpan, OtlpCollector};
 use tickmark_tests::test_steps::{Credit, Record};
 use tickmark_tests::{wait, TestDb};
 use tokio::process::Command;
-use tracing_subscriber::layer::SubscriberExt;
 
 use crate::receiver_support::{all_sources, now, record_everything, Harness, Kind, Transport};
 
@@ -37,14 +37,6 @@ const WORKER: &str = env!("CARGO_BIN_EXE_tickmark-test-worker");
 
 /// In every payload: it must reach no span.
 const MARKER: &str = "marker-5c1e@example.com";
-
-/// Export this thread's spans (the test's runtime is on it) to `collector`.
-fn trace_this_thread(collector: &OtlpCollector) -> (Traces, tracing::subscriber::DefaultGuard) {
-    let traces = Traces::to_collector(&collector.endpoint(), "tickmark-tests").expect("exporter");
-    let subscriber = tracing_subscriber::registry().with(traces.layer());
-    let guard = tracing::subscriber::set_default(subscriber);
-    (traces, guard)
-}
 
 fn of_event<'a>(spans: &'a [CollectedSpan], name: &str, id: &str) -> Vec<&'a CollectedSpan> {
     spans
@@ -87,11 +79,13 @@ fn no_payload_in(spans: &[CollectedSpan]) {
 /// of the step is numbered 2. A duplicate delivery is its own trace, linked
 /// to the event's.
 async fn one_trace_across_a_kill_and_a_takeover(backend: Backend) {
+    let collector = OtlpCollector::start().await;
+    let Some(traces) = trace_this_process(&collector) else {
+        return;
+    };
     let Some(db) = TestDb::new(backend).await else {
         return;
     };
-    let collector = OtlpCollector::start().await;
-    let (traces, _traced) = trace_this_thread(&collector);
     let engine = engine(
         &db,
         Handlers::new().on(
@@ -258,7 +252,9 @@ async fn a_retry_days_later_joins_the_same_trace_and_calls_carry_it() {
         format!("http://{addr}/orders")
     };
     let collector = OtlpCollector::start().await;
-    let (traces, _traced) = trace_this_thread(&collector);
+    let Some(traces) = trace_this_process(&collector) else {
+        return;
+    };
     let kit = TestEngine::sqlite(
         Handlers::new().on(
             "shop",
@@ -338,7 +334,9 @@ async fn a_senders_traceparent_parents_the_events_trace(transport: Transport) {
     const SENDER_TRACE: &str = "4bf92f3577b34da6a3ce929d0e0e4736";
     const SENDER_SPAN: &str = "00f067aa0ba902b7";
     let collector = OtlpCollector::start().await;
-    let (traces, _traced) = trace_this_thread(&collector);
+    let Some(traces) = trace_this_process(&collector) else {
+        return;
+    };
     let Some(harness) =
         Harness::new(Backend::Sqlite, transport, record_everything(), all_sources).await
     else {
@@ -383,7 +381,27 @@ async fn a_senders_traceparent_parents_the_events_trace(transport: Transport) {
     let orphan = of_event(&spans, "webhook", "evt_orphan")[0];
     assert_eq!(orphan.parent_span_id, None, "{orphan:#?}");
     assert_ne!(orphan.trace_id, SENDER_TRACE);
+
+    // The dashboard's event page names the trace to look up.
+    let seq = harness.db.record_of("generic", "evt_child").await.event.seq;
+    let dashboard = Dashboard::new(harness.engine.clone())
+        .token(DASHBOARD_TOKEN)
+        .router();
+    let reply = oneshot(
+        &dashboard,
+        &Outgoing::get(format!("/events/{seq}"))
+            .header("authorization", format!("Bearer {DASHBOARD_TOKEN}")),
+    )
+    .await;
+    assert_eq!(reply.status, 200);
+    let page = String::from_utf8(reply.body.to_vec()).unwrap();
+    assert!(
+        page.contains(&format!("<th>trace id</th><td>{SENDER_TRACE}</td>")),
+        "{page}"
+    );
 }
+
+const DASHBOARD_TOKEN: &str = "a-dashboard-token-of-32-bytes-or-more";
 
 #[tokio::test]
 async fn a_senders_traceparent_parents_the_events_trace_in_process() {
@@ -395,14 +413,4 @@ async fn a_senders_traceparent_parents_the_events_trace_over_a_socket() {
     a_senders_traceparent_parents_the_events_trace(Transport::Socket).await;
 }
 
-// On the test's thread, which the exporting subscriber is the default of
-// (a runtime of one thread: every task the engine spawns runs there too).
-#[tokio::test]
-async fn sqlite_one_trace_across_a_kill_and_a_takeover() {
-    one_trace_across_a_kill_and_a_takeover(Backend::Sqlite).await;
-}
-
-#[tokio::test]
-async fn postgres_one_trace_across_a_kill_and_a_takeover() {
-    one_trace_across_a_kill_and_a_takeover(Backend::Postgres).await;
-}
+tickmark_tests::per_backend!(backend => [one_trace_across_a_kill_and_a_takeover]);

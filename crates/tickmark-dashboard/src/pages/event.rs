@@ -148,6 +148,15 @@ fn fields(record: &EventRecord) -> Markup {
             "runs interrupted, not charged",
             record.interrupted.to_string(),
         ),
+        // What a tracing backend (Jaeger, Tempo, Honeycomb) finds the
+        // event's trace by: its accept and every step attempt.
+        (
+            "trace id",
+            record.trace.as_ref().map_or_else(
+                || "– (accepted with traces off)".to_owned(),
+                |trace| trace.trace_id().to_owned(),
+            ),
+        ),
         (
             "finished",
             record
