@@ -6,6 +6,7 @@
 pub mod database;
 pub mod dispatch;
 pub mod naive;
+pub mod otlp_sink;
 pub mod phases;
 pub mod process;
 pub mod server_cost;

@@ -75,6 +75,11 @@ struct Args {
     /// per event (the `pg_walinspect` extension; needs a superuser).
     #[arg(long)]
     wal_records: bool,
+    /// Export traces (tickmark's `otel` feature at the defaults: the accept
+    /// and every step attempt, a span each) to a loopback collector that
+    /// throws them away, started in this process: what exporting costs.
+    #[arg(long, conflicts_with = "phases")]
+    otel: bool,
 }
 
 /// A step that does nothing: what is measured is the engine's own cost.
@@ -113,6 +118,10 @@ struct Figures {
     /// This process's CPU µs per drained event (the engine and its driver;
     /// SQLite's own work included, as it runs in this process).
     engine_cpu_us_per_event: f64,
+    /// `--otel`: spans the collector took during the drain, and spans
+    /// dropped because the export queue was full.
+    spans_exported: u64,
+    spans_dropped: u64,
 }
 
 #[tokio::main]
@@ -131,6 +140,17 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         tracing::subscriber::set_global_default(subscriber).map(|()| phases)
     });
     let phases = phases.transpose()?;
+    let traces = if args.otel {
+        use tracing_subscriber::layer::SubscriberExt;
+        let sink = tickmark_bench::bench::otlp_sink::start()?;
+        let traces = tickmark::otel::Traces::to_collector(&sink, "tickmark-bench")?;
+        tracing::subscriber::set_global_default(
+            tracing_subscriber::registry().with(traces.layer()),
+        )?;
+        Some(traces)
+    } else {
+        None
+    };
     let base = args.database_url.as_deref();
     let backlog = args.backlog.max(args.events);
     let mut figures = Figures {
@@ -165,6 +185,12 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     figures.engine_cpu_us_per_event =
         drained.engine_cpu.as_secs_f64() * 1e6 / args.events.max(1) as f64;
     figures.rss_mb = process::peak_rss_mb();
+    if let Some(traces) = &traces {
+        traces.flush()?;
+        let counts = traces.counts();
+        figures.spans_exported = counts.exported();
+        figures.spans_dropped = counts.dropped();
+    }
 
     if !args.no_naive {
         eprintln!(

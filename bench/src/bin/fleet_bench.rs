@@ -106,7 +106,7 @@ async fn main() -> Result<(), BoxError> {
     } else {
         "info,sqlx=warn"
     };
-    tickmark_examples::logging::log_to_stderr(default_filter);
+    let _logging = tickmark_examples::logging::log_to_stderr("fleet_bench", default_filter);
 
     if let Some(role) = &args.role {
         let url = args.child_url.as_deref().ok_or("--child-url is required")?;

@@ -143,7 +143,8 @@ fn parse_duration(text: &str) -> Result<Duration, String> {
 
 #[tokio::main]
 async fn main() -> ExitCode {
-    tickmark_examples::logging::log_to_stderr("info,sqlx=warn,tickmark::receiver=warn");
+    let _logging =
+        tickmark_examples::logging::log_to_stderr("soak", "info,sqlx=warn,tickmark::receiver=warn");
     match run(Args::parse()).await {
         Ok(true) => ExitCode::SUCCESS,
         Ok(false) => ExitCode::from(1),

@@ -49,7 +49,7 @@ struct Args {
 
 #[tokio::main]
 async fn main() -> ExitCode {
-    tickmark_examples::logging::log_to_stderr("info,sqlx=warn");
+    let _logging = tickmark_examples::logging::log_to_stderr("existing_app", "info,sqlx=warn");
     match run(Args::parse()).await {
         Ok(()) => ExitCode::SUCCESS,
         Err(message) => {

@@ -226,7 +226,7 @@ fn parse_seconds(text: &str) -> Result<Duration, String> {
 
 #[tokio::main]
 async fn main() -> ExitCode {
-    tickmark_examples::logging::log_to_stderr("info,sqlx=warn");
+    let _logging = tickmark_examples::logging::log_to_stderr("payments", "info,sqlx=warn");
     let args = Args::parse();
     match run(args).await {
         Ok(()) => ExitCode::SUCCESS,

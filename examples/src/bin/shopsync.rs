@@ -190,7 +190,7 @@ impl Args {
 
 #[tokio::main]
 async fn main() -> ExitCode {
-    tickmark_examples::logging::log_to_stderr("info,sqlx=warn");
+    let _logging = tickmark_examples::logging::log_to_stderr("shopsync", "info,sqlx=warn");
     let args = Args::parse();
     match run(args).await {
         Ok(()) => ExitCode::SUCCESS,
