@@ -80,6 +80,11 @@ struct Args {
     /// throws them away, started in this process: what exporting costs.
     #[arg(long, conflicts_with = "phases")]
     otel: bool,
+    /// Log as an application does, at `INFO` (formatted, then thrown away):
+    /// the baseline `--otel` adds to, since an application that exports
+    /// traces logs too.
+    #[arg(long, conflicts_with = "phases")]
+    logs: bool,
 }
 
 /// A step that does nothing: what is measured is the engine's own cost.
@@ -141,16 +146,29 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     });
     let phases = phases.transpose()?;
     let traces = if args.otel {
-        use tracing_subscriber::layer::SubscriberExt;
         let sink = tickmark_bench::bench::otlp_sink::start()?;
-        let traces = tickmark::otel::Traces::to_collector(&sink, "tickmark-bench")?;
-        tracing::subscriber::set_global_default(
-            tracing_subscriber::registry().with(traces.layer()),
-        )?;
-        Some(traces)
+        Some(tickmark::otel::Traces::to_collector(
+            &sink,
+            "tickmark-bench",
+        )?)
     } else {
         None
     };
+    if args.otel || args.logs {
+        use tracing_subscriber::layer::SubscriberExt;
+        use tracing_subscriber::Layer;
+        let logs = args.logs.then(|| {
+            tracing_subscriber::fmt::layer()
+                .with_writer(std::io::sink)
+                .with_ansi(false)
+                .with_filter(tracing::level_filters::LevelFilter::INFO)
+        });
+        tracing::subscriber::set_global_default(
+            tracing_subscriber::registry()
+                .with(logs)
+                .with(traces.as_ref().map(tickmark::otel::Traces::layer)),
+        )?;
+    }
     let base = args.database_url.as_deref();
     let backlog = args.backlog.max(args.events);
     let mut figures = Figures {

@@ -181,6 +181,11 @@ impl Traces {
             // Busy and idle times cost two clock reads per poll of every
             // span; a span's start and end say how long it took.
             .with_tracked_inactivity(false)
+            // Nor is OpenTelemetry's own current context swapped at every
+            // poll: tickmark reads a span's context from the span itself
+            // (`tickmark::trace`), and an instrumented library that reads
+            // `opentelemetry::Context::current()` is not one it calls.
+            .with_context_activation(false)
             .with_filter(filter.and(not_the_run))
     }
 

@@ -96,9 +96,6 @@ pub(super) fn start_event(tasks: &mut JoinSet<()>, shared: &Arc<RunnerShared>, e
         seq = claimed.lease.event_seq,
         took_over
     );
-    // Under the span that accepted it, however long ago and wherever
-    // (`trace.rs`): one trace per event.
-    crate::trace::continue_under(&span, claimed.trace.as_ref());
     let shared = Arc::clone(shared);
     tasks.spawn(
         async move {
