@@ -240,7 +240,7 @@ impl HttpCall {
         }
         let (name, value) = header(&self.idempotency_header, ctx.idempotency_key())?;
         headers.insert(name, value);
-        http_client::send_trace_context(&mut headers);
+        crate::trace_context::send_trace_context(&mut headers);
 
         let body = match &self.body {
             Some(from) => {

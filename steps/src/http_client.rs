@@ -669,25 +669,3 @@ mod tests {
         assert!(error.message().contains(&closed.to_string()), "{error}");
     }
 }
-
-/// Carry the current span's trace context on an outbound request (W3C
-/// `traceparent` and `tracestate`), so the receiving service's spans join
-/// the event's trace: only while traces are exported (the `tickmark` crate's
-/// `otel` feature), and never over a `traceparent` the step set itself.
-pub(crate) fn send_trace_context(headers: &mut http::HeaderMap) {
-    const TRACEPARENT: http::HeaderName = http::HeaderName::from_static("traceparent");
-    const TRACESTATE: http::HeaderName = http::HeaderName::from_static("tracestate");
-    if headers.contains_key(TRACEPARENT) {
-        return;
-    }
-    let Some(context) = tickmark::trace::current() else {
-        return;
-    };
-    // Checked for shape when read (visible ASCII): always a header value.
-    if let Ok(value) = http::HeaderValue::from_str(context.traceparent()) {
-        headers.insert(TRACEPARENT, value);
-    }
-    if let Some(Ok(value)) = context.tracestate().map(http::HeaderValue::from_str) {
-        headers.insert(TRACESTATE, value);
-    }
-}

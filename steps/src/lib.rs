@@ -94,6 +94,7 @@ pub mod http_client;
 pub mod outbox;
 #[cfg(test)]
 mod test_support;
+mod trace_context;
 mod value_from;
 pub mod write_file;
 

@@ -102,7 +102,7 @@ impl DeliverWebhook {
         );
         headers.insert("webhook-id", id);
         headers.insert("webhook-timestamp", HeaderValue::from(now));
-        http_client::send_trace_context(headers);
+        crate::trace_context::send_trace_context(headers);
         headers.insert(
             "webhook-signature",
             HeaderValue::from_str(&signature).map_err(|_| {
