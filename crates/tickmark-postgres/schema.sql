@@ -289,13 +289,12 @@ AS $function$
 $function$;
 
 CREATE OR REPLACE FUNCTION tickmark_claim(worker text, batch integer, lease_secs double precision, skip_sources text[], skip_kinds text[], alone boolean, pending boolean)
- RETURNS TABLE(id bigint, source text, dedup_key text, kind text, payload text, received_at timestamp with time zone, plan text, next_step integer, attempt integer, lease_token bigint, took_over boolean, resource_key text, resource_seq bigint, interrupted integer)
+ RETURNS TABLE(id bigint, source text, dedup_key text, kind text, payload text, received_at timestamp with time zone, plan text, next_step integer, attempt integer, lease_token bigint, took_over boolean, resource_key text, resource_seq bigint, interrupted integer, traceparent text, tracestate text)
  LANGUAGE plpgsql
  SET enable_sort TO 'off'
  SET enable_bitmapscan TO 'off'
  SET enable_seqscan TO 'off'
  SET jit TO 'off'
- SET plan_cache_mode TO 'force_generic_plan'
  SET search_path TO 'pg_catalog', '<schema>', 'pg_temp'
 AS $function$
 #variable_conflict use_column
@@ -376,7 +375,8 @@ BEGIN
     WHERE e.id = due.id
     RETURNING e.id, e.source, e.dedup_key, e.kind, e.payload::text, e.received_at,
               e.plan::text, e.next_step, e.attempt, e.lease_token,
-              (due.was_state = 'running'), e.resource_key, e.resource_seq, e.interrupted
+              (due.was_state = 'running'), e.resource_key, e.resource_seq, e.interrupted,
+              e.traceparent, e.tracestate
     ),
     requeued AS (
         UPDATE tickmark_queue AS q

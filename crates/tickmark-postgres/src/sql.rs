@@ -117,7 +117,7 @@ pub const DEBOUNCE_SCHEDULE: &str = "
     SELECT scheduled.id FROM scheduled CROSS JOIN LATERAL pg_notify($4, '') AS notified";
 
 /// Lease due events in one statement: `tickmark_claim` (migrations 0003,
-/// 0012, 0013, 0014, 0017), its rows chosen by `tickmark_claimable`
+/// 0012, 0013, 0014, 0017, 0020), its rows chosen by `tickmark_claimable`
 /// (migrations 0018, 0019). It walks the claim queue's `tickmark_queue_rank`
 /// in its exact order (no sort of the backlog, whatever the table's
 /// statistics say; the rank is the due time less a handler's head start),
@@ -139,17 +139,11 @@ pub const DEBOUNCE_SCHEDULE: &str = "
 /// refuses for good ("cached plan must not change result type"), so a
 /// worker of this release keeps claiming through the next upgrade
 /// (migration 0013 says how the previous release's did not).
-///
-/// The trace context is read beside the function (migration 0020), not
-/// through it: it never changes after the accept, so the statement's
-/// snapshot of the row, taken before the claim's own update, holds it, and
-/// the claim function stays as it is.
 pub const EVENT_CLAIM_MANY: &str = "
-    SELECT c.id, c.source, c.dedup_key, c.kind, c.payload, c.received_at, c.plan, c.next_step,
-           c.attempt, c.lease_token, c.took_over, c.resource_key, c.resource_seq, c.interrupted,
-           e.traceparent, e.tracestate
-    FROM tickmark_claim($1, $2::int, $3, $4, $5, $6, $7) AS c
-    JOIN tickmark_events AS e ON e.id = c.id";
+    SELECT id, source, dedup_key, kind, payload, received_at, plan, next_step, attempt,
+           lease_token, took_over, resource_key, resource_seq, interrupted, traceparent,
+           tracestate
+    FROM tickmark_claim($1, $2::int, $3, $4, $5, $6, $7)";
 
 /// Extend every lease still held under its token; an expired lease is not
 /// revived. The caller sorts by event, the lock order of the mark batches.

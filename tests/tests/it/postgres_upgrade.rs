@@ -196,7 +196,7 @@ async fn a_claim_prepared_before_its_function_gains_a_column_still_claims() {
              id BIGINT, source TEXT, dedup_key TEXT, kind TEXT, payload TEXT,
              received_at TIMESTAMPTZ, plan TEXT, next_step INT, attempt INT, lease_token BIGINT,
              took_over BOOLEAN, resource_key TEXT, resource_seq BIGINT, interrupted INT,
-             a_later_column INT)
+             traceparent TEXT, tracestate TEXT, a_later_column INT)
          LANGUAGE sql VOLATILE
          AS $$ SELECT c.*, 0 FROM tickmark_claim_before($1, $2, $3, $4, $5, $6, $7) AS c $$",
     ] {
