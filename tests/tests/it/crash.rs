@@ -34,7 +34,9 @@ fn worker_process(db: &TestDb, name: &str, extra: &[&str]) -> Child {
         .expect("start the test worker")
 }
 
-fn credit_render_notify() -> Handlers {
+/// Credit, render (paused 10 minutes on its first attempt), notify: a worker
+/// killed while it renders dies in step 2 of 3 (also `traces.rs`).
+pub(crate) fn credit_render_notify() -> Handlers {
     Handlers::new().on(
         "shop",
         "order.paid",

@@ -27,10 +27,10 @@ use tickmark_steps::HttpCall;
 use tickmark_tests::conformance::{engine, quick_worker};
 use tickmark_tests::http_client::{oneshot, Outgoing};
 use tickmark_tests::otlp_collector::{trace_this_process, CollectedSpan, OtlpCollector};
-use tickmark_tests::test_steps::{Credit, Record};
 use tickmark_tests::{wait, TestDb};
 use tokio::process::Command;
 
+use crate::crash::credit_render_notify;
 use crate::receiver_support::{all_sources, now, record_everything, Harness, Kind, Transport};
 
 const WORKER: &str = env!("CARGO_BIN_EXE_tickmark-test-worker");
@@ -86,23 +86,8 @@ async fn one_trace_across_a_kill_and_a_takeover(backend: Backend) {
     let Some(db) = TestDb::new(backend).await else {
         return;
     };
-    let engine = engine(
-        &db,
-        Handlers::new().on(
-            "shop",
-            "order.paid",
-            Handler::new()
-                .named_step("credit", Credit { amount: 100 })
-                .named_step(
-                    "render",
-                    Record {
-                        first_attempt_pause_ms: 600_000,
-                        ..Record::default()
-                    },
-                )
-                .named_step("notify", Record::default()),
-        ),
-    );
+    // Step 2 of 3 pauses on its first attempt: the kill finds it there.
+    let engine = engine(&db, credit_render_notify());
     let event = NewEvent::with_id(
         "shop",
         "evt_traced",
