@@ -23,7 +23,8 @@ use tickmark::testing::TestEngine;
 use tickmark::{
     Backend, Handler, Handlers, NewEvent, RetryPolicy, Step, StepContext, StepError, StepResult,
 };
-use tickmark_steps::HttpCall;
+use tickmark_steps::outbox::{self, EnqueueWebhook, OutboxEndpoints};
+use tickmark_steps::{HttpCall, ValueFrom};
 use tickmark_tests::conformance::{engine, quick_worker};
 use tickmark_tests::http_client::{oneshot, Outgoing};
 use tickmark_tests::otlp_collector::{trace_this_process, CollectedSpan, OtlpCollector};
@@ -216,26 +217,7 @@ impl Step for FailOnce {
 /// and the HTTP call of the step after it sends that step's `traceparent`.
 #[tokio::test]
 async fn a_retry_days_later_joins_the_same_trace_and_calls_carry_it() {
-    let seen: Arc<Mutex<Vec<String>>> = Arc::default();
-    let server = {
-        let seen = Arc::clone(&seen);
-        let app = Router::new().route(
-            "/orders",
-            post(move |headers: HeaderMap| async move {
-                if let Some(parent) = headers.get("traceparent") {
-                    let parent = parent.to_str().unwrap_or_default().to_owned();
-                    seen.lock()
-                        .unwrap_or_else(PoisonError::into_inner)
-                        .push(parent);
-                }
-                "{}"
-            }),
-        );
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let addr = listener.local_addr().unwrap();
-        tokio::spawn(async move { axum::serve(listener, app).await });
-        format!("http://{addr}/orders")
-    };
+    let (server, seen) = traceparents_received().await;
     let collector = OtlpCollector::start().await;
     let Some(traces) = trace_this_process(&collector) else {
         return;
@@ -253,7 +235,7 @@ async fn a_retry_days_later_joins_the_same_trace_and_calls_carry_it() {
                     jitter: 0.0,
                 })
                 .named_step("reserve", FailOnce)
-                .named_step("order", HttpCall::post(server)),
+                .named_step("order", HttpCall::post(format!("{server}/orders"))),
         ),
     )
     .await
@@ -306,6 +288,95 @@ async fn a_retry_days_later_joins_the_same_trace_and_calls_carry_it() {
         sent,
         [format!("00-{}-{}-01", accept.trace_id, order.span_id)],
         "the call carries its step's span as parent"
+    );
+    no_payload_in(&spans);
+}
+
+/// A service that answers every POST and keeps the `traceparent` of each:
+/// its base URL, and what it received.
+async fn traceparents_received() -> (String, Arc<Mutex<Vec<String>>>) {
+    let seen: Arc<Mutex<Vec<String>>> = Arc::default();
+    let kept = Arc::clone(&seen);
+    let app = Router::new().fallback(post(move |headers: HeaderMap| async move {
+        if let Some(parent) = headers.get("traceparent") {
+            let parent = parent.to_str().unwrap_or_default().to_owned();
+            kept.lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .push(parent);
+        }
+        "{}"
+    }));
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    (format!("http://{addr}"), seen)
+}
+
+/// The outbox: the webhook an event's step enqueues is an event of its own,
+/// accepted inside that step's span, so its delivery continues the origin's
+/// trace, and the partner receives the delivery attempt as parent.
+#[tokio::test]
+async fn an_outbox_delivery_continues_the_origins_trace_and_sends_it() {
+    let (partner, seen) = traceparents_received().await;
+    let collector = OtlpCollector::start().await;
+    let Some(traces) = trace_this_process(&collector) else {
+        return;
+    };
+    let endpoints = OutboxEndpoints::new()
+        .endpoint(
+            "partner",
+            &format!("{partner}/hooks/partner"),
+            "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw",
+        )
+        .unwrap();
+    let kit = TestEngine::sqlite(
+        Handlers::new()
+            .on(
+                "shop",
+                "order.paid",
+                Handler::new().named_step(
+                    "notify",
+                    EnqueueWebhook::new(
+                        "partner",
+                        "order.confirmed",
+                        ValueFrom::event_at("/order"),
+                    ),
+                ),
+            )
+            .on(outbox::SOURCE, outbox::KIND, outbox::handler()),
+    )
+    .await
+    .unwrap()
+    .with_resource(endpoints);
+    kit.deliver(NewEvent::with_id(
+        "shop",
+        "evt_origin",
+        "order.paid",
+        json!({ "order": { "id": "o_1" }, "email": MARKER }),
+    ))
+    .await
+    .unwrap();
+    kit.run_until_idle_within(Duration::from_secs(20))
+        .await
+        .unwrap();
+    traces.flush().expect("the collector took every span");
+    let spans = collector.spans();
+
+    let origin = of_event(&spans, "accept", "evt_origin")[0];
+    let outbox_id = tickmark::idempotency_key("shop", "evt_origin", "notify");
+    let notify = of_event(&spans, "step", "evt_origin")[0];
+    let queued = of_event(&spans, "accept", &outbox_id)[0];
+    assert_eq!(queued.trace_id, origin.trace_id, "{queued:#?}");
+    assert_eq!(queued.parent_span_id.as_ref(), Some(&notify.span_id));
+    let delivery = of_event(&spans, "step", &outbox_id)[0];
+    assert_eq!(
+        (&delivery.trace_id, delivery.parent_span_id.as_ref()),
+        (&origin.trace_id, Some(&queued.span_id))
+    );
+    let sent = seen.lock().unwrap_or_else(PoisonError::into_inner).clone();
+    assert_eq!(
+        sent,
+        [format!("00-{}-{}-01", origin.trace_id, delivery.span_id)]
     );
     no_payload_in(&spans);
 }
