@@ -7,8 +7,6 @@
 //! lives. Only the engine's `otel` feature writes and reads it; the store
 //! keeps it as two short texts and never looks inside.
 
-use std::fmt;
-
 /// The longest `tracestate` kept. The W3C recommendation asks vendors to
 /// keep at least 512 characters; a longer one is dropped whole (a cut one
 /// would name half a vendor's entry).
@@ -81,22 +79,6 @@ impl TraceContext {
     pub fn trace_id(&self) -> &str {
         &self.traceparent[3..35]
     }
-
-    /// The span the context names as parent: 16 lowercase hex digits.
-    pub fn span_id(&self) -> &str {
-        &self.traceparent[36..52]
-    }
-
-    /// Whether the sender sampled the trace (flag bit 0).
-    pub fn sampled(&self) -> bool {
-        u8::from_str_radix(&self.traceparent[53..55], 16).is_ok_and(|flags| flags & 1 == 1)
-    }
-}
-
-impl fmt::Display for TraceContext {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.traceparent)
-    }
 }
 
 #[cfg(test)]
@@ -109,10 +91,8 @@ mod tests {
     fn a_version_00_traceparent_is_read_whole() {
         let context = TraceContext::parse(PARENT, Some("congo=t61rcWkgMzE")).unwrap();
         assert_eq!(context.trace_id(), "4bf92f3577b34da6a3ce929d0e0e4736");
-        assert_eq!(context.span_id(), "00f067aa0ba902b7");
-        assert!(context.sampled());
+        assert_eq!(context.traceparent(), PARENT);
         assert_eq!(context.tracestate(), Some("congo=t61rcWkgMzE"));
-        assert_eq!(context.to_string(), PARENT);
     }
 
     #[test]
@@ -141,11 +121,5 @@ mod tests {
             assert_eq!(context.tracestate(), None, "{state:?}");
             assert_eq!(context.traceparent(), PARENT);
         }
-    }
-
-    #[test]
-    fn an_unsampled_parent_says_so() {
-        let context = TraceContext::parse(&PARENT.replace("-01", "-00"), None).unwrap();
-        assert!(!context.sampled());
     }
 }
