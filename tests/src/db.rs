@@ -253,32 +253,35 @@ pub fn postgres_url() -> Option<String> {
 
 /// Log to the test's captured output; `RUST_LOG` picks the level (default warn).
 pub fn init_tracing() {
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
-    let _ = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_test_writer()
-        .try_init();
+    install_tracing(None);
 }
 
 /// [`init_tracing`], and traces exported as the `OTEL_*` variables say
 /// (a test's worker process, pointed at a loopback collector): keep the
 /// answer alive while the process runs.
 pub fn init_tracing_and_traces(service_name: &str) -> Option<tickmark::otel::Traces> {
+    let traces = tickmark::otel::Traces::from_env(service_name).expect("valid OTEL_* settings");
+    install_tracing(traces.as_ref());
+    traces
+}
+
+/// Make the process's global subscriber log as [`init_tracing`] says and,
+/// given `traces`, export its spans; `false` when the process has a global
+/// subscriber already (the first one stays).
+pub fn install_tracing(traces: Option<&tickmark::otel::Traces>) -> bool {
     use tracing_subscriber::layer::SubscriberExt;
     use tracing_subscriber::util::SubscriberInitExt;
     use tracing_subscriber::Layer;
 
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
-    let traces = tickmark::otel::Traces::from_env(service_name).expect("valid OTEL_* settings");
-    let _ = tracing_subscriber::registry()
+    tracing_subscriber::registry()
         .with(
             tracing_subscriber::fmt::layer()
                 .with_test_writer()
                 .with_filter(filter),
         )
-        .with(traces.as_ref().map(tickmark::otel::Traces::layer))
-        .try_init();
-    traces
+        .with(traces.map(tickmark::otel::Traces::layer))
+        .try_init()
+        .is_ok()
 }

@@ -238,23 +238,9 @@ fn text(value: Option<&AnyValue>) -> String {
 /// already: under `cargo test`, where tests share one process (nextest,
 /// which `scripts/test` runs, gives each test its own).
 pub fn trace_this_process(collector: &OtlpCollector) -> Option<tickmark::otel::Traces> {
-    use tracing_subscriber::layer::SubscriberExt;
-    use tracing_subscriber::util::SubscriberInitExt;
-    use tracing_subscriber::Layer;
-
     let traces = tickmark::otel::Traces::to_collector(&collector.endpoint(), "tickmark-tests")
         .expect("an exporter to the loopback collector");
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
-    let installed = tracing_subscriber::registry()
-        .with(
-            tracing_subscriber::fmt::layer()
-                .with_test_writer()
-                .with_filter(filter),
-        )
-        .with(traces.layer())
-        .try_init();
-    if installed.is_err() {
+    if !crate::db::install_tracing(Some(&traces)) {
         crate::skip::record(
             &crate::skip::current_test(),
             "needs a process of its own to export its spans (run it with cargo nextest, as \
