@@ -13,6 +13,9 @@ use std::time::Duration;
 use chrono::{DateTime, Utc};
 use tickmark::store::sqlite::SqliteStore;
 use tickmark::store::{AppConnection, Backend, StepTransaction, Store, StoreError};
+use tickmark_driver::store::privacy::{
+    ErasedBatch, RegisteredKey, Reseal, StoredValues, SubjectErase,
+};
 use tickmark_driver::store::admin::{
     Admin, AuditEntry, Decide, EventFilter, KeySlots, PruneBatch, StatusReport, TenantRow,
     TransitionError,
@@ -802,6 +805,34 @@ impl Admin for SimStore {
 
     async fn sources(&self) -> Result<Vec<String>, StoreError> {
         self.world.db.block(self.inner.sources())
+    }
+
+    async fn keys_registered(&self) -> Result<Vec<RegisteredKey>, StoreError> {
+        self.world.db.block(self.inner.keys_registered())
+    }
+
+    async fn key_register(&self, key_id: &str, key_check: &str) -> Result<String, StoreError> {
+        self.world.db.block(self.inner.key_register(key_id, key_check))
+    }
+
+    async fn key_retire(&self, key_id: &str) -> Result<(), StoreError> {
+        self.world.db.block(self.inner.key_retire(key_id))
+    }
+
+    async fn values_page(
+        &self,
+        after_seq: i64,
+        limit: u32,
+    ) -> Result<Vec<StoredValues>, StoreError> {
+        self.world.db.block(self.inner.values_page(after_seq, limit))
+    }
+
+    async fn values_reseal(&self, reseals: &[Reseal<'_>]) -> Result<u64, StoreError> {
+        self.world.db.block(self.inner.values_reseal(reseals))
+    }
+
+    async fn subject_erase(&self, erase: &SubjectErase<'_>) -> Result<ErasedBatch, StoreError> {
+        self.world.db.block(self.inner.subject_erase(erase))
     }
 
     async fn tenant_weight_set(

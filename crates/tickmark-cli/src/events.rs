@@ -15,6 +15,7 @@ use super::printable;
 use super::table::{truncate, Table};
 use super::{default_actor, Failure, Output};
 use tickmark_core::operator::{Actor, Operations, RetryRequest};
+use tickmark_core::privacy::{shown, Privacy};
 use tickmark_driver::event::EventState;
 use tickmark_driver::store::admin::{AuditEntry, EventFilter};
 use tickmark_driver::store::{EventRecord, StepStatus, Store};
@@ -247,12 +248,24 @@ struct Detail {
     steps: Vec<StepStatus>,
     audit: Vec<AuditEntry>,
     explanation: String,
+    /// "encrypted at rest (key k1)", "erased …" (docs/privacy.md).
+    privacy: Option<String>,
 }
 
 async fn detail(store: &dyn Store, target: &Target) -> Result<Detail, Failure> {
-    let record = resolve(store, &target.id, target.source.as_deref()).await?;
+    let mut record = resolve(store, &target.id, target.source.as_deref()).await?;
     let seq = record.event.seq;
-    let steps = store.step_status(seq).await?;
+    let mut steps = store.step_status(seq).await?;
+    // Sealed payloads and outputs are opened with TICKMARK_KEYS when it is
+    // set here, and named, never printed sealed, when it is not.
+    let keys = Privacy::from_env().unwrap_or_default();
+    let payload = shown(&keys, &record.event.payload, record.erased_at);
+    record.event.payload = payload.value;
+    for step in &mut steps {
+        if let Some(output) = step.output.take() {
+            step.output = Some(shown(&keys, &output, record.erased_at).value);
+        }
+    }
     let audit = store.audit_list(seq).await?;
     let plan = store.event_plan(seq).await?;
     let max_attempts = plan
@@ -275,6 +288,7 @@ async fn detail(store: &dyn Store, target: &Target) -> Result<Detail, Failure> {
         steps,
         audit,
         explanation,
+        privacy: payload.note,
     })
 }
 
@@ -282,6 +296,8 @@ async fn detail(store: &dyn Store, target: &Target) -> Result<Detail, Failure> {
 struct Shown<'a> {
     event: &'a EventRecord,
     explanation: &'a str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    privacy: Option<&'a str>,
     steps: &'a [StepStatus],
     audit: &'a [AuditEntry],
 }
@@ -291,6 +307,7 @@ async fn show(store: &dyn Store, out: Output, args: ShowArgs) -> Result<(), Fail
     let shown = Shown {
         event: &detail.record,
         explanation: &detail.explanation,
+        privacy: detail.privacy.as_deref(),
         steps: &detail.steps,
         audit: &detail.audit,
     };
@@ -312,6 +329,9 @@ fn render_show(detail: &Detail, full: bool) -> String {
         printable::line(&event.kind)
     );
     text.push_str(&view.facts(&detail.record, now));
+    if let Some(note) = &detail.privacy {
+        text.push_str(&format!("privacy: {note}\n"));
+    }
     text.push_str(&format!("\nwhy: {}\n", detail.explanation));
     text.push_str("\nsteps\n");
     text.push_str(&view.steps(&detail.steps));

@@ -475,6 +475,7 @@ mod tests {
             last_error: None,
             finished_at: None,
             trace: None,
+            erased_at: None,
         }
     }
 

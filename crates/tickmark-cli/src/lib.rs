@@ -17,6 +17,7 @@
 //! | `steps` | `tickmark steps skip / mark-done` |
 //! | `prune`, `retry_windows` | `tickmark prune` |
 //! | `plans` | `tickmark plans check` |
+//! | `keys`, `erase` | `tickmark keys new / status / rotate`, `tickmark erase --subject` |
 //! | `reconcile` | `tickmark reconcile` (feature `reconcile`) |
 //! | `table`, `format`, `duration`, `printable`, `progress_line` | plain-text tables, times, durations, text made safe for a terminal, progress on stderr |
 //!
@@ -34,9 +35,11 @@
 )]
 
 mod duration;
+mod erase;
 mod events;
 mod explain;
 mod format;
+mod keys;
 mod lookup;
 mod migrate;
 mod plans;
@@ -92,6 +95,7 @@ const AFTER_HELP: &str = concat!(
   tickmark events explain 42            # why event 42 is where it is
   tickmark events retry 42              # re-queue it at its failed step
   tickmark prune --older-than 30d       # forget finished events
+  tickmark erase --subject customer=42  # erase a customer's data, keep dedup
 
 ",
     exit_codes!()
@@ -151,6 +155,12 @@ enum Command {
     /// Fair share across tenants: list tenants, set a tenant's weight at run time
     #[command(subcommand)]
     Tenants(tenants::TenantsCommand),
+    /// Encryption keys: make one, see which sealed the database, rotate to a new one
+    #[command(subcommand)]
+    Keys(keys::KeysCommand),
+    /// Erase what tickmark holds about a subject (a customer, an email), keeping dedup
+    #[command(long_about = erase::LONG_ABOUT, after_help = erase::AFTER_HELP)]
+    Erase(erase::EraseArgs),
     /// Recover what a provider gave up on, from its own API (Stripe, GitHub, Shopify)
     #[cfg(feature = "reconcile")]
     #[command(long_about = reconcile::LONG_ABOUT, after_help = reconcile::AFTER_HELP)]
@@ -247,6 +257,9 @@ where
 // Only `reconcile` needs the handlers.
 #[cfg_attr(not(feature = "reconcile"), allow(unused_variables))]
 async fn dispatch(cli: Cli, out: Output, handlers: Option<Handlers>) -> Result<(), Failure> {
+    if matches!(cli.command, Command::Keys(keys::KeysCommand::New)) {
+        return keys::new_key(out);
+    }
     let url = cli.database_url.ok_or_else(|| {
         Failure::Usage(
             "no database given: pass --database-url URL or set DATABASE_URL, e.g. \
@@ -264,6 +277,8 @@ async fn dispatch(cli: Cli, out: Output, handlers: Option<Handlers>) -> Result<(
         Command::Prune(args) => prune::run(store.as_ref(), out, args).await,
         Command::Plans(PlansCommand::Check) => plans::check(store.as_ref(), out).await,
         Command::Tenants(command) => tenants::run(store.as_ref(), out, command).await,
+        Command::Keys(command) => keys::run(store.as_ref(), out, command).await,
+        Command::Erase(args) => erase::run(store.as_ref(), out, args).await,
         #[cfg(feature = "reconcile")]
         Command::Reconcile(args) => reconcile::run(store, out, args, handlers).await,
     }

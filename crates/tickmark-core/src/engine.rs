@@ -6,6 +6,7 @@ use crate::event_status::EventStatus;
 use crate::handler::{HandlerConfigError, Handlers, Registry};
 use crate::inbox::{self, Accepted};
 use crate::metrics::Metrics;
+use crate::privacy::{self, EraseReport, EraseRequest, Privacy, PrivacyError, Subject};
 use crate::operator::{
     replan, Actor, AdminError, Operations, ReplanIgnored, ReplanReport, RetryRequest,
 };
@@ -24,6 +25,7 @@ use tickmark_driver::store::{
 pub struct Engine {
     store: Arc<dyn Store>,
     registry: Arc<Registry>,
+    privacy: Arc<Privacy>,
     resources: Resources,
     metrics: Arc<Metrics>,
     /// One per engine, shared by its workers: a crash takes them all.
@@ -37,6 +39,7 @@ impl Engine {
         Ok(Self {
             store,
             registry: Arc::new(handlers.compile()?),
+            privacy: Arc::default(),
             resources: Resources::default(),
             metrics: Arc::new(Metrics::default()),
             alone_gate: Arc::new(AloneGate::default()),
@@ -51,10 +54,57 @@ impl Engine {
         self
     }
 
+    /// Seal payloads and step outputs at rest, and record subjects as keyed
+    /// hashes, with `privacy`'s keys (`Privacy::from_env()` reads
+    /// `TICKMARK_KEYS` and `TICKMARK_SUBJECT_KEY`; docs/privacy.md). The
+    /// keys are checked against the database before the first accept and
+    /// the first claim ([`check_keys`](Self::check_keys) checks them now).
+    pub fn with_privacy(mut self, privacy: Privacy) -> Self {
+        self.privacy = Arc::new(privacy);
+        self
+    }
+
+    /// Check this engine's keys against its database now, as the first
+    /// accept and the first claim do: call it at start to fail there, with
+    /// an error that says what to do, rather than at the first delivery.
+    pub async fn check_keys(&self) -> Result<(), StoreError> {
+        self.privacy
+            .ready(self.store.as_ref(), self.registry.declares_subjects())
+            .await
+    }
+
+    /// Erase what this engine's database holds about `subject`: every event
+    /// recorded with it ([`Handler::subject`](crate::Handler::subject))
+    /// loses its payload, its steps' outputs and errors and its audit
+    /// rows' free text; one that had not ended is cancelled and never runs.
+    /// Each event's row (its dedup and replay keys) and its step-status
+    /// rows stay, so a redelivery is still a duplicate and no step runs
+    /// again. Events running under a live lease finish first: the erasure
+    /// waits for them up to `request.wait_for_running`, then reports those
+    /// still running ([`EraseReport::still_running`]). Fenced and audited.
+    pub async fn erase_subject(
+        &self,
+        subject: &Subject,
+        request: &EraseRequest<'_>,
+    ) -> Result<EraseReport, PrivacyError> {
+        let key = self
+            .privacy
+            .subject_key()
+            .ok_or(PrivacyError::NoSubjectKey)?;
+        privacy::erase_subject(self.store.as_ref(), key, subject, request).await
+    }
+
+    /// The engine's keys (for tickmark's own crates: the dashboard opens
+    /// payloads with them).
+    #[doc(hidden)]
+    pub fn privacy(&self) -> &Arc<Privacy> {
+        &self.privacy
+    }
+
     /// Record an event once. The insert is the dedup decision; the handler's
     /// steps run later, in a worker, never inside this call.
     pub async fn accept(&self, event: NewEvent) -> Result<Accepted, StoreError> {
-        inbox::accept(self.store.as_ref(), &self.registry, &event).await
+        inbox::accept(self.store.as_ref(), &self.registry, &self.privacy, &event).await
     }
 
     /// Record an event in the caller's transaction: the inbox row commits
@@ -98,7 +148,14 @@ impl Engine {
         conn: impl Into<AppConnection<'c>>,
         event: NewEvent,
     ) -> Result<Accepted, StoreError> {
-        inbox::accept_in(self.store.as_ref(), &self.registry, &event, conn.into()).await
+        inbox::accept_in(
+            self.store.as_ref(),
+            &self.registry,
+            &self.privacy,
+            &event,
+            conn.into(),
+        )
+        .await
     }
 
     /// A worker that runs this engine's events with `config`. Workers need no
@@ -110,6 +167,7 @@ impl Engine {
         Ok(Worker::new(
             Arc::clone(&self.store),
             Arc::clone(&self.registry),
+            Arc::clone(&self.privacy),
             self.resources.clone(),
             Arc::clone(&self.metrics),
             Arc::clone(&self.alone_gate),
@@ -182,7 +240,7 @@ impl Engine {
         &self,
         request: &ReplanIgnored<'_>,
     ) -> Result<ReplanReport, AdminError> {
-        replan::replan_ignored(self.store.as_ref(), &self.registry, request).await
+        replan::replan_ignored(self.store.as_ref(), &self.registry, &self.privacy, request).await
     }
 
     /// The store, for tickmark's own crates (the receiver, the dashboard,

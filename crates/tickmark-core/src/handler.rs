@@ -5,6 +5,7 @@ use std::collections::{HashMap, HashSet};
 use std::time::Duration;
 
 use crate::plan::{Action, Plan, StepOptions, StepToEncode};
+use crate::privacy::{Subject, SubjectRule};
 use crate::step::Step;
 use crate::tenant::{tenant_name, TenantKey};
 use tickmark_driver::flow::{Debounce, FlowKey, RateLimit, RateLimitError, RateLimitUse};
@@ -155,6 +156,7 @@ pub struct Handler {
     debounce: Option<Debounce>,
     tenant: Option<TenantKey>,
     head_start: Duration,
+    subjects: Vec<SubjectRule>,
     problem: Option<&'static str>,
 }
 
@@ -440,6 +442,28 @@ impl Handler {
         self
     }
 
+    /// Record the subject of kind `kind` found at JSON pointer `pointer` of
+    /// each event's payload (`/customer/id`, `/email`), as a keyed hash,
+    /// so that [`Engine::erase_subject`](crate::Engine::erase_subject)
+    /// finds the event. Repeat for each subject an event may be about. An
+    /// event no handler takes is recorded under the rules of its source's
+    /// handlers. Needs a subject key (`TICKMARK_SUBJECT_KEY`;
+    /// docs/privacy.md).
+    pub fn subject(mut self, kind: impl Into<String>, pointer: impl Into<String>) -> Self {
+        self.subjects.push(SubjectRule::Pointer {
+            kind: kind.into(),
+            pointer: pointer.into(),
+        });
+        self
+    }
+
+    /// As [`subject`](Self::subject), with the subjects found by `find`
+    /// (normalise an email's case there, say).
+    pub fn subjects_by(mut self, find: fn(&serde_json::Value) -> Vec<Subject>) -> Self {
+        self.subjects.push(SubjectRule::Function(find));
+        self
+    }
+
     /// Set the retry policy of every step of this handler.
     pub fn retry(mut self, policy: RetryPolicy) -> Self {
         self.retry = policy;
@@ -471,6 +495,8 @@ pub struct CompiledHandler {
     /// How much earlier than its due time an event is ranked in the claim
     /// order, in milliseconds ([`Handler::head_start`]).
     pub head_start_ms: i32,
+    /// How an event's subjects are found ([`Handler::subject`]).
+    pub subjects: Vec<SubjectRule>,
 }
 
 impl CompiledHandler {
@@ -639,6 +665,7 @@ impl Handlers {
                 tenant: handler.tenant.clone(),
                 // At most a week (checked above): fits with room to spare.
                 head_start_ms: i32::try_from(handler.head_start.as_millis()).unwrap_or(i32::MAX),
+                subjects: handler.subjects.clone(),
             };
             if by_source
                 .entry(source.clone())
@@ -660,7 +687,12 @@ impl Handlers {
             .values()
             .flat_map(HashMap::values)
             .any(|handler| handler.tenant_header().is_some());
+        let declares_subjects = by_source
+            .values()
+            .flat_map(HashMap::values)
+            .any(|handler| !handler.subjects.is_empty());
         Ok(Registry {
+            declares_subjects,
             by_source,
             rate_limits,
             waited_on,
@@ -766,6 +798,8 @@ pub struct Registry {
     has_tenants: bool,
     /// Some handler names its tenant by a header (`Handler::tenant_header`).
     has_tenant_headers: bool,
+    /// Some handler declares subjects (`Handler::subject`).
+    declares_subjects: bool,
 }
 
 impl Registry {
@@ -900,6 +934,38 @@ impl Registry {
     /// receiver then keeps a delivery's headers until it knows the kind).
     pub fn has_tenant_headers(&self) -> bool {
         self.has_tenant_headers
+    }
+
+    /// Whether some handler declares subjects ([`Handler::subject`]).
+    pub fn declares_subjects(&self) -> bool {
+        self.declares_subjects
+    }
+
+    /// The subjects of an event: by its handler's rules, or, when no
+    /// handler takes it, by the rules of every handler of its source.
+    pub fn subjects_of(
+        &self,
+        source: &str,
+        kind: &str,
+        payload: &serde_json::Value,
+    ) -> Vec<Subject> {
+        if !self.declares_subjects {
+            return Vec::new();
+        }
+        let rules: Vec<&SubjectRule> = match self.find(source, kind) {
+            Some(handler) => handler.subjects.iter().collect(),
+            None => self
+                .by_source
+                .get(source)
+                .into_iter()
+                .flat_map(HashMap::values)
+                .flat_map(|handler| &handler.subjects)
+                .collect(),
+        };
+        rules
+            .into_iter()
+            .flat_map(|rule| rule.subjects_of(payload))
+            .collect()
     }
 
     #[doc(hidden)]

@@ -33,6 +33,7 @@ pub mod operator;
 // `StepOptions`, re-exported below.
 #[doc(hidden)]
 pub mod plan;
+pub mod privacy;
 mod redact;
 #[doc(hidden)]
 pub mod replay_key;

@@ -42,6 +42,7 @@ impl PostgresStore {
             .bind(event.head_start_ms)
             .bind(event.trace.map(TraceContext::traceparent))
             .bind(event.trace.and_then(TraceContext::tracestate))
+            .bind(event.subjects)
             .fetch_optional(&mut *tx)
             .await?;
         let Some((seq, now)) = inserted else {

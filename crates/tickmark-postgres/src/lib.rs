@@ -12,6 +12,7 @@ mod hosts;
 mod isolation;
 mod migrate;
 mod pooler;
+mod privacy;
 mod reconcile;
 mod reconcile_sql;
 mod sql;
@@ -437,6 +438,11 @@ fn insert_many(
                                 .map(|e| e.trace.as_ref().and_then(TraceContext::tracestate))
                                 .collect::<Vec<_>>(),
                         )
+                        .bind(
+                            rows.iter()
+                                .map(|e| e.subjects.as_deref())
+                                .collect::<Vec<_>>(),
+                        )
                         .fetch_all(&mut *tx)
                         .await?;
                 let refused = undo_tombstoned(&mut tx, inserted.iter().map(|(id, ..)| *id)).await?;
@@ -577,6 +583,7 @@ fn record_from_row(row: &PgRow) -> Result<EventRecord, StoreError> {
         last_error: row.try_get("last_error")?,
         finished_at: row.try_get("finished_at")?,
         trace: trace_from_row(row)?,
+        erased_at: row.try_get("erased_at")?,
     })
 }
 

@@ -14,20 +14,20 @@ pub const EVENT_INSERT_MANY: &str = "
         SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[],
                              $6::text[], $7::int[], $8::timestamptz[], $9::text[], $10::bigint[],
                              $12::text[], $13::text[], $14::int[], $15::text[], $16::int[],
-                             $17::text[], $18::text[])
+                             $17::text[], $18::text[], $19::text[])
             WITH ORDINALITY
             AS r (source, dedup_key, kind, payload, plan, state, step_count, not_before,
                   resource_key, resource_seq, replay_key, limit_key, limit_n, tenant_key,
-                  head_start_ms, traceparent, tracestate, ord)
+                  head_start_ms, traceparent, tracestate, subjects, ord)
     ),
     inserted AS (
         INSERT INTO tickmark_events
             (source, dedup_key, kind, payload, plan, state, step_count, due_at, resource_key,
              resource_seq, replay_key, limit_key, limit_n, tenant_key, head_start_ms,
-             traceparent, tracestate, queued_due_at)
+             traceparent, tracestate, subjects, queued_due_at)
         SELECT source, dedup_key, kind, payload::json, plan::json, state, step_count,
                coalesce(not_before, now()), resource_key, resource_seq, replay_key,
-               limit_key, limit_n, tenant_key, head_start_ms, traceparent, tracestate,
+               limit_key, limit_n, tenant_key, head_start_ms, traceparent, tracestate, subjects,
                CASE WHEN state IN ('pending', 'running') THEN coalesce(not_before, now()) END
         FROM rows ORDER BY ord
         ON CONFLICT DO NOTHING
@@ -81,9 +81,9 @@ pub const DEBOUNCE_INSERT: &str = "
     INSERT INTO tickmark_events
         (source, dedup_key, kind, payload, plan, state, step_count, due_at, resource_key,
          resource_seq, replay_key, limit_key, limit_n, debounce_key, burst_started_at, tenant_key,
-         head_start_ms, traceparent, tracestate)
+         head_start_ms, traceparent, tracestate, subjects)
     VALUES ($1, $2, $3, $4::json, $5::json, 'pending', $6, now(), $7, $8, $9, $10, $11, $12,
-            now(), $13, $14, $15, $16)
+            now(), $13, $14, $15, $16, $17)
     ON CONFLICT DO NOTHING
     RETURNING id, now()";
 
@@ -313,21 +313,21 @@ pub const EVENT_OLDEST_PENDING_AGE: &str = "
 pub const EVENT_GET: &str = "
     SELECT id, source, dedup_key, kind, payload::text AS payload, received_at, state, step_count,
            next_step, attempt, due_at, lease_owner, lease_token, takeovers, interrupted, last_error, finished_at,
-           traceparent, tracestate
+           traceparent, tracestate, erased_at
     FROM tickmark_events WHERE id = $1";
 
 /// One event by dedup key.
 pub const EVENT_FIND: &str = "
     SELECT id, source, dedup_key, kind, payload::text AS payload, received_at, state, step_count,
            next_step, attempt, due_at, lease_owner, lease_token, takeovers, interrupted, last_error, finished_at,
-           traceparent, tracestate
+           traceparent, tracestate, erased_at
     FROM tickmark_events WHERE source = $1 AND dedup_key = $2";
 
 /// One event by its replay key (unique per source, like the dedup key).
 pub const EVENT_FIND_BY_REPLAY_KEY: &str = "
     SELECT id, source, dedup_key, kind, payload::text AS payload, received_at, state, step_count,
            next_step, attempt, due_at, lease_owner, lease_token, takeovers, interrupted, last_error, finished_at,
-           traceparent, tracestate
+           traceparent, tracestate, erased_at
     FROM tickmark_events WHERE source = $1 AND replay_key = $2";
 
 /// Outputs of the done steps, for resuming.

@@ -58,9 +58,9 @@ const MATCHABLE_INSERT: &str = "
     INSERT INTO tickmark_events
         (source, dedup_key, kind, payload, plan, state, step_count, due_at, resource_key,
          resource_seq, replay_key, limit_key, limit_n, tenant_key, head_start_ms, traceparent,
-         tracestate)
+         tracestate, subjects)
     VALUES ($1, $2, $3, $4::json, $5::json, $6, $7, coalesce($8, now()), $9, $10, $11, $12, $13,
-            $14, $15, $16, $17)
+            $14, $15, $16, $17, $18)
     ON CONFLICT DO NOTHING
     RETURNING id";
 
@@ -188,6 +188,7 @@ impl PostgresStore {
             .bind(event.head_start_ms)
             .bind(event.trace.map(TraceContext::traceparent))
             .bind(event.trace.and_then(TraceContext::tracestate))
+            .bind(event.subjects)
             .fetch_optional(&mut *tx)
             .await?;
         let Some(seq) = inserted else {

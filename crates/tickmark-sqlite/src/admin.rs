@@ -19,6 +19,9 @@ use tickmark_driver::store::admin::{
     PruneBatch, StatusReport, TenantRow, TransitionError,
 };
 use tickmark_driver::store::tombstone::{key_hash, KeyKind};
+use tickmark_driver::store::privacy::{
+    ErasedBatch, RegisteredKey, Reseal, StoredValues, SubjectErase,
+};
 use tickmark_driver::store::twin;
 use tickmark_driver::store::{decode, EventRecord, StoreError};
 
@@ -373,6 +376,34 @@ impl Admin for SqliteStore {
 
     async fn sources(&self) -> Result<Vec<String>, StoreError> {
         twin::sources(&self.pool, sql::SOURCES).await
+    }
+
+    async fn keys_registered(&self) -> Result<Vec<RegisteredKey>, StoreError> {
+        self.registered_keys().await
+    }
+
+    async fn key_register(&self, key_id: &str, key_check: &str) -> Result<String, StoreError> {
+        self.register_key(key_id, key_check).await
+    }
+
+    async fn key_retire(&self, key_id: &str) -> Result<(), StoreError> {
+        self.retire_key(key_id).await
+    }
+
+    async fn values_page(
+        &self,
+        after_seq: i64,
+        limit: u32,
+    ) -> Result<Vec<StoredValues>, StoreError> {
+        self.stored_values_page(after_seq, limit).await
+    }
+
+    async fn values_reseal(&self, reseals: &[Reseal<'_>]) -> Result<u64, StoreError> {
+        self.reseal_values(reseals).await
+    }
+
+    async fn subject_erase(&self, erase: &SubjectErase<'_>) -> Result<ErasedBatch, StoreError> {
+        self.erase_subject(erase).await
     }
 
     async fn tenant_weight_set(

@@ -9,7 +9,7 @@ macro_rules! record_columns {
     () => {
         "id, source, dedup_key, kind, payload, received_at, state, step_count, next_step, \
          attempt, due_at, lease_owner, lease_token, takeovers, interrupted, last_error, finished_at, \
-         traceparent, tracestate"
+         traceparent, tracestate, erased_at"
     };
 }
 

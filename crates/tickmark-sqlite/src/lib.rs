@@ -16,6 +16,7 @@ mod debounce;
 mod fair;
 mod migrate;
 mod pragmas;
+mod privacy;
 mod reconcile;
 mod reconcile_sql;
 mod sql;
@@ -471,6 +472,7 @@ async fn insert_one(
         .bind(event.head_start_ms)
         .bind(event.trace.as_ref().map(TraceContext::traceparent))
         .bind(event.trace.as_ref().and_then(TraceContext::tracestate))
+        .bind(event.subjects.as_deref())
         .fetch_optional(&mut *conn)
         .await?;
     if let (Some(seq), false) = (inserted, event.match_keys.is_empty()) {
@@ -566,6 +568,7 @@ fn record_from_row(row: &SqliteRow) -> Result<EventRecord, StoreError> {
         last_error: row.try_get("last_error")?,
         finished_at: parse_time_opt(row.try_get("finished_at")?)?,
         trace: trace_from_row(row)?,
+        erased_at: parse_time_opt(row.try_get("erased_at")?)?,
     })
 }
 

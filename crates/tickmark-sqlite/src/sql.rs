@@ -9,8 +9,8 @@ pub const EVENT_INSERT: &str = "
     INSERT INTO tickmark_events
         (source, dedup_key, kind, payload, plan, state, step_count, due_at, received_at,
          resource_key, resource_seq, replay_key, limit_key, limit_n, tenant_key, head_start_ms,
-         traceparent, tracestate)
-    VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18)
+         traceparent, tracestate, subjects)
+    VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19)
     ON CONFLICT DO NOTHING
     RETURNING id";
 
@@ -296,21 +296,21 @@ pub const EVENT_OLDEST_PENDING: &str = "
 pub const EVENT_GET: &str = "
     SELECT id, source, dedup_key, kind, payload, received_at, state, step_count, next_step,
            attempt, due_at, lease_owner, lease_token, takeovers, interrupted, last_error, finished_at,
-           traceparent, tracestate
+           traceparent, tracestate, erased_at
     FROM tickmark_events WHERE id = ?1";
 
 /// One event by dedup key.
 pub const EVENT_FIND: &str = "
     SELECT id, source, dedup_key, kind, payload, received_at, state, step_count, next_step,
            attempt, due_at, lease_owner, lease_token, takeovers, interrupted, last_error, finished_at,
-           traceparent, tracestate
+           traceparent, tracestate, erased_at
     FROM tickmark_events WHERE source = ?1 AND dedup_key = ?2";
 
 /// One event by its replay key (unique per source, like the dedup key).
 pub const EVENT_FIND_BY_REPLAY_KEY: &str = "
     SELECT id, source, dedup_key, kind, payload, received_at, state, step_count, next_step,
            attempt, due_at, lease_owner, lease_token, takeovers, interrupted, last_error, finished_at,
-           traceparent, tracestate
+           traceparent, tracestate, erased_at
     FROM tickmark_events WHERE source = ?1 AND replay_key = ?2";
 
 /// Outputs of the done steps, for resuming.
@@ -406,9 +406,9 @@ pub const DEBOUNCE_INSERT: &str = "
     INSERT INTO tickmark_events
         (source, dedup_key, kind, payload, plan, state, step_count, due_at, received_at,
          resource_key, resource_seq, replay_key, limit_key, limit_n, debounce_key,
-         burst_started_at, tenant_key, head_start_ms, traceparent, tracestate)
+         burst_started_at, tenant_key, head_start_ms, traceparent, tracestate, subjects)
     VALUES (?1, ?2, ?3, ?4, ?5, 'pending', ?6, ?7, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?7, ?14, ?15,
-            ?16, ?17)
+            ?16, ?17, ?18)
     ON CONFLICT DO NOTHING
     RETURNING id";
 

@@ -58,6 +58,7 @@ async fn plans_check_passes_for_known_steps_and_flags_unknown_ones() {
             tenant_key: None,
             head_start_ms: 0,
             trace: None,
+            subjects: None,
             debounce: None,
             match_keys: &[],
         })

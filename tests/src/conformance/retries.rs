@@ -283,6 +283,7 @@ pub async fn an_unknown_step_type_parks_the_event(db: TestDb) {
             tenant_key: None,
             head_start_ms: 0,
             trace: None,
+            subjects: None,
             debounce: None,
             match_keys: &[],
         })

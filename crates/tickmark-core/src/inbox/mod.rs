@@ -17,6 +17,7 @@ use planned::plan_event;
 
 use crate::context::FollowUps;
 use crate::handler::Registry;
+use crate::privacy::Privacy;
 use crate::step::StepError;
 use tickmark_driver::event::NewEvent;
 use tickmark_driver::store::transient::retry_transient;
@@ -33,6 +34,8 @@ pub struct FollowUpInbox<'a> {
     pub store: &'a dyn Store,
     #[doc(hidden)]
     pub registry: &'a Registry,
+    #[doc(hidden)]
+    pub privacy: &'a Privacy,
 }
 
 #[async_trait::async_trait]
@@ -47,7 +50,7 @@ impl FollowUps for FollowUpInbox<'_> {
                 event.source, event.kind
             )));
         }
-        Ok(accept(self.store, self.registry, event).await?)
+        Ok(accept(self.store, self.registry, self.privacy, event).await?)
     }
 }
 
@@ -55,10 +58,12 @@ impl FollowUps for FollowUpInbox<'_> {
 pub async fn accept(
     store: &dyn Store,
     registry: &Registry,
+    privacy: &Privacy,
     event: &NewEvent,
 ) -> Result<Accepted, StoreError> {
     async {
-        let planned = plan_event(registry, event)?;
+        privacy.ready(store, registry.declares_subjects()).await?;
+        let planned = plan_event(registry, privacy, event)?;
         let insert = planned.insert(event);
         let outcome = retry_transient("accept", ACCEPT_RETRY_BUDGET, || {
             store.event_insert(&insert)
@@ -80,6 +85,7 @@ pub async fn accept(
 pub async fn accept_in(
     store: &dyn Store,
     registry: &Registry,
+    privacy: &Privacy,
     // The event before the connection: built without a backend (as this
     // crate is verified alone), a connection cannot exist, and nothing after
     // one is reached.
@@ -87,7 +93,8 @@ pub async fn accept_in(
     conn: AppConnection<'_>,
 ) -> Result<Accepted, StoreError> {
     async {
-        let planned = plan_event(registry, event)?;
+        privacy.ready(store, registry.declares_subjects()).await?;
+        let planned = plan_event(registry, privacy, event)?;
         let outcome = store.event_insert_in(conn, &planned.insert(event)).await?;
         let accepted = planned.accepted(outcome);
         tracing::debug!(?accepted, "accepted in the caller's transaction");

@@ -9,6 +9,7 @@ use std::sync::LazyLock;
 
 use crate::handler::Registry;
 use crate::plan::Plan;
+use crate::privacy::Privacy;
 use crate::tenant::tenant_name;
 use tickmark_driver::event::{Accepted, EventState, NewEvent};
 use tickmark_driver::flow::Debounce;
@@ -36,6 +37,7 @@ pub struct PlannedEvent<'r> {
     tenant_key: Option<String>,
     head_start_ms: i32,
     trace: Option<TraceContext>,
+    subjects: Option<String>,
     debounce: Option<(&'r Debounce, String)>,
     match_keys: Vec<String>,
 }
@@ -46,11 +48,16 @@ pub struct PlannedEvent<'r> {
 /// and the trace context of the span it is planned in (an accept's).
 pub fn plan_event<'r>(
     registry: &'r Registry,
+    privacy: &Privacy,
     event: &NewEvent,
 ) -> Result<PlannedEvent<'r>, StoreError> {
     let handler = registry.find(&event.source, &event.kind);
-    let payload_json = serde_json::to_string(&event.payload)
-        .map_err(|e| StoreError::Corrupt(format!("payload: {e}")))?;
+    let payload_json = privacy.seal(
+        serde_json::to_string(&event.payload)
+            .map_err(|e| StoreError::Corrupt(format!("payload: {e}")))?,
+    );
+    let subjects =
+        privacy.subjects_column(&registry.subjects_of(&event.source, &event.kind, &event.payload));
     let ordering = handler
         .and_then(|h| h.ordering.as_ref())
         .map(|ordering| ordering.keys(&event.source, &event.payload))
@@ -82,6 +89,7 @@ pub fn plan_event<'r>(
         head_start_ms: handler.map_or(0, |h| h.head_start_ms),
         // The accept's span, which the event's runs continue (`trace.rs`).
         trace: crate::trace::current(),
+        subjects,
         debounce,
         match_keys: registry.match_keys_of(&event.source, &event.kind, &event.payload),
     })
@@ -107,6 +115,7 @@ impl PlannedEvent<'_> {
             tenant_key: self.tenant_key.as_deref(),
             head_start_ms: self.head_start_ms,
             trace: self.trace.as_ref(),
+            subjects: self.subjects.as_deref(),
             debounce: self
                 .debounce
                 .as_ref()

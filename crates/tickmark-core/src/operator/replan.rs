@@ -16,6 +16,7 @@ use super::rules;
 use super::{Actor, AdminError};
 use crate::handler::{KindsHandled, Registry, ANY};
 use crate::inbox::planned::plan_event;
+use crate::privacy::Privacy;
 use tickmark_driver::event::{EventState, NewEvent};
 use tickmark_driver::store::admin::{Decision, EventFilter, Verdict};
 use tickmark_driver::store::{EventRecord, Store};
@@ -51,6 +52,7 @@ pub struct ReplanReport {
 pub async fn replan_ignored(
     store: &dyn Store,
     registry: &Registry,
+    privacy: &Privacy,
     request: &ReplanIgnored<'_>,
 ) -> Result<ReplanReport, AdminError> {
     let kinds: Vec<Option<String>> = match request.kind {
@@ -98,7 +100,7 @@ pub async fn replan_ignored(
                 break;
             }
             for record in fresh {
-                match replan_one(store, registry, record, request.actor).await? {
+                match replan_one(store, registry, privacy, record, request.actor).await? {
                     Outcome::Replanned => report.replanned += 1,
                     Outcome::Debounced => {
                         report.debounced += 1;
@@ -132,13 +134,17 @@ enum Outcome {
 async fn replan_one(
     store: &dyn Store,
     registry: &Registry,
+    privacy: &Privacy,
     record: &EventRecord,
     actor: Actor<'_>,
 ) -> Result<Outcome, AdminError> {
     let event = &record.event;
     // The event as its delivery was: planned exactly as an accept plans it.
-    let delivery = NewEvent::with_id(&event.source, &event.id, &event.kind, event.payload.clone());
-    let Some(replan) = plan_event(registry, &delivery)?.replan() else {
+    let payload = privacy
+        .open(event.payload.clone())
+        .map_err(|error| AdminError::Refused(error.to_string()))?;
+    let delivery = NewEvent::with_id(&event.source, &event.id, &event.kind, payload);
+    let Some(replan) = plan_event(registry, privacy, &delivery)?.replan() else {
         // Listed by a kind a handler takes: its handler debounces it.
         return Ok(Outcome::Debounced);
     };

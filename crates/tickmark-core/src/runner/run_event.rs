@@ -27,7 +27,10 @@ use crate::step::FailureKind;
 use crate::{plan::PlannedStep, step::Step};
 use tickmark_driver::flow::RateLimitUse;
 use tickmark_driver::store::transient::retry_transient;
-use tickmark_driver::store::{ClaimedEvent, RateTake, RateTaken, Release, SequenceCheck};
+use crate::privacy::PrivacyError;
+use tickmark_driver::store::{
+    ClaimedEvent, Lease, RateTake, RateTaken, Release, SequenceCheck,
+};
 
 pub async fn run_event(
     shared: &RunnerShared,
@@ -35,9 +38,34 @@ pub async fn run_event(
     cancel: CancellationToken,
     slot: &mut Slot,
 ) -> EventEnd {
+    let claimed = match opened(shared, claimed) {
+        Ok(claimed) => claimed,
+        Err((lease, error)) => {
+            // Sealed with a key this worker lacks: another worker, or a
+            // deploy with the key, can run it; an operator retries it.
+            let settle = Settle::new(shared, lease, tracing::Span::current());
+            return settle.park(&error.to_string()).await;
+        }
+    };
     match EventRun::prepare(shared, &claimed, &cancel).await {
         Ok(run) => run.run_steps(slot).await,
         Err(end) => end,
+    }
+}
+
+/// The claimed event with its payload opened (docs/privacy.md), or why it
+/// cannot be.
+fn opened(
+    shared: &RunnerShared,
+    mut claimed: ClaimedEvent,
+) -> Result<ClaimedEvent, (Lease, PrivacyError)> {
+    let payload = std::mem::take(&mut claimed.event.payload);
+    match shared.privacy.open(payload) {
+        Ok(payload) => {
+            claimed.event.payload = payload;
+            Ok(claimed)
+        }
+        Err(error) => Err((claimed.lease, error)),
     }
 }
 
@@ -120,8 +148,10 @@ impl<'a> EventRun<'a> {
                         let step = usize::try_from(position)
                             .ok()
                             .and_then(|p| plan.steps.get(p));
-                        if let Some(step) = step {
-                            outputs.insert(step.name.clone(), output);
+                        let Some(step) = step else { continue };
+                        match shared.privacy.open(output) {
+                            Ok(output) => outputs.insert(step.name.clone(), output),
+                            Err(error) => return Err(settle.park(&error.to_string()).await),
                         }
                     }
                 }
@@ -282,6 +312,7 @@ impl<'a> EventRun<'a> {
             cancel: self.cancel,
             resources: &shared.resources,
             registry: &shared.registry,
+            privacy: &shared.privacy,
             book: &shared.book,
         })
         .instrument(span.clone())

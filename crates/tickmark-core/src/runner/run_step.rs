@@ -12,6 +12,7 @@ use crate::claim::LeaseBook;
 use crate::context::{ProgressReporter, StepContext, StepOutputs};
 use crate::handler::Registry;
 use crate::inbox::FollowUpInbox;
+use crate::privacy::Privacy;
 use crate::plan::PlannedStep;
 use crate::resources::Resources;
 use crate::step::{Step, StepError, StepResult};
@@ -45,6 +46,7 @@ pub struct StepInputs<'a> {
     pub cancel: &'a CancellationToken,
     pub resources: &'a Resources,
     pub registry: &'a Registry,
+    pub privacy: &'a Privacy,
     /// The worker's leases: a transactional step starts only if its lease
     /// is still live once its transaction is open.
     pub book: &'a LeaseBook,
@@ -62,6 +64,7 @@ pub async fn run_step(inputs: StepInputs<'_>) -> Result<StepRun, StoreError> {
         cancel,
         resources,
         registry,
+        privacy,
         book,
     } = inputs;
     let mut transaction = if step.transactional() {
@@ -75,7 +78,11 @@ pub async fn run_step(inputs: StepInputs<'_>) -> Result<StepRun, StoreError> {
     } else {
         None
     };
-    let follow_ups = FollowUpInbox { store, registry };
+    let follow_ups = FollowUpInbox {
+        store,
+        registry,
+        privacy,
+    };
     let result = {
         let mut ctx = StepContext::new(
             event,

@@ -144,7 +144,10 @@ impl<'a> Settle<'a> {
         skipped: bool,
     ) -> Result<(), EventEnd> {
         let store = self.store();
-        let output_json = serde_json::to_string(output).unwrap_or_else(|_| "null".to_owned());
+        let output_json = self
+            .shared
+            .privacy
+            .seal(serde_json::to_string(output).unwrap_or_else(|_| "null".to_owned()));
         let mark = MarkDone {
             lease: self.lease,
             position: step.position,

@@ -12,6 +12,7 @@ use super::slots::Slots;
 use super::{AloneGate, WorkerConfig, WorkerSignals};
 use crate::claim::LeaseBook;
 use crate::handler::Registry;
+use crate::privacy::Privacy;
 use crate::metrics::Metrics;
 use crate::resources::Resources;
 use tickmark_driver::store::Store;
@@ -21,6 +22,8 @@ use tickmark_driver::store::Store;
 pub struct RunnerShared {
     pub store: Arc<dyn Store>,
     pub registry: Arc<Registry>,
+    /// The keys that seal outputs and open payloads (docs/privacy.md).
+    pub privacy: Arc<Privacy>,
     pub resources: Resources,
     pub metrics: Arc<Metrics>,
     pub config: WorkerConfig,

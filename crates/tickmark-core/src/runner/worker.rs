@@ -19,6 +19,7 @@ use super::{WorkerConfig, WorkerSignals, WorkerStats};
 use crate::claim::{heartbeat_loop, LeaseBook};
 use crate::handler::Registry;
 use crate::metrics::Metrics;
+use crate::privacy::Privacy;
 use crate::resources::Resources;
 use tickmark_driver::store::{Store, StoreError};
 
@@ -27,6 +28,7 @@ use tickmark_driver::store::{Store, StoreError};
 pub struct Worker {
     store: Arc<dyn Store>,
     registry: Arc<Registry>,
+    privacy: Arc<Privacy>,
     resources: Resources,
     metrics: Arc<Metrics>,
     gate: Arc<AloneGate>,
@@ -39,6 +41,7 @@ impl Worker {
     pub fn new(
         store: Arc<dyn Store>,
         registry: Arc<Registry>,
+        privacy: Arc<Privacy>,
         resources: Resources,
         metrics: Arc<Metrics>,
         gate: Arc<AloneGate>,
@@ -47,6 +50,7 @@ impl Worker {
         Self {
             store,
             registry,
+            privacy,
             resources,
             metrics,
             gate,
@@ -86,6 +90,7 @@ impl Worker {
     /// # }
     /// ```
     pub async fn run(self, shutdown: CancellationToken) -> Result<(), StoreError> {
+        self.privacy_ready(&shutdown).await?;
         let shared = self.into_shared(&shutdown);
         let config = &shared.config;
         let heartbeat = HeartbeatTask::start(&shared);
@@ -98,6 +103,28 @@ impl Worker {
         Ok(())
     }
 
+    /// Check the engine's keys against the database before the first claim
+    /// (`Privacy::check`): a misconfigured worker stops here, saying what
+    /// to do, instead of writing outputs in clear beside sealed rows. A
+    /// database that is down is asked again until it answers or shutdown.
+    async fn privacy_ready(&self, shutdown: &CancellationToken) -> Result<(), StoreError> {
+        loop {
+            let declares_subjects = self.registry.declares_subjects();
+            match self.privacy.ready(self.store.as_ref(), declares_subjects).await {
+                Err(error) if error.is_transient() && !shutdown.is_cancelled() => {
+                    tracing::warn!(%error, "checking the encryption keys; retrying");
+                    tokio::select! {
+                        () = tokio::time::sleep(Duration::from_secs(1)) => {}
+                        () = shutdown.cancelled() => {}
+                    }
+                }
+                // Shut down before the database answered: nothing to run.
+                Err(error) if error.is_transient() => return Ok(()),
+                other => return other,
+            }
+        }
+    }
+
     /// What this worker's event tasks share while it runs.
     fn into_shared(self, shutdown: &CancellationToken) -> Arc<RunnerShared> {
         let limits = Limits::new(
@@ -108,6 +135,7 @@ impl Worker {
         Arc::new(RunnerShared {
             store: self.store,
             registry: self.registry,
+            privacy: self.privacy,
             resources: self.resources,
             metrics: self.metrics,
             config: self.config,
@@ -227,6 +255,7 @@ mod tests {
         let worker = Worker::new(
             store,
             Arc::new(Handlers::new().compile().expect("no handlers compile")),
+            Arc::default(),
             Resources::default(),
             Arc::new(Metrics::default()),
             Arc::new(AloneGate::default()),

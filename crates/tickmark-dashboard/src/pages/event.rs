@@ -13,6 +13,7 @@ use super::{badge, options};
 use crate::html::{self, Page};
 use crate::viewer::Viewer;
 use crate::{store_failure, Shared};
+use tickmark_core::privacy::shown;
 use tickmark_driver::event::{EventState, StepState};
 use tickmark_driver::store::admin::{AuditEntry, KeySlots};
 use tickmark_driver::store::{EventRecord, StepStatus};
@@ -62,10 +63,19 @@ pub(crate) async fn render(
         Ok(None) => return no_such_event(viewer),
         Err(error) => return store_failure(viewer, &error),
     };
-    let steps = match store.step_status(seq).await {
+    let mut steps = match store.step_status(seq).await {
         Ok(steps) => steps,
         Err(error) => return store_failure(viewer, &error),
     };
+    // Sealed payloads and outputs are opened with the engine's keys, or
+    // named when it has not the key; never shown sealed (docs/privacy.md).
+    let privacy = shared.engine.privacy();
+    let payload = shown(privacy, &record.event.payload, record.erased_at);
+    for step in &mut steps {
+        if let Some(output) = step.output.take() {
+            step.output = Some(shown(privacy, &output, record.erased_at).value);
+        }
+    }
     let audit = match store.audit_list(seq).await {
         Ok(audit) => audit,
         Err(error) => return store_failure(viewer, &error),
@@ -76,7 +86,8 @@ pub(crate) async fn render(
     };
 
     let event = &record.event;
-    let payload = serde_json::to_string_pretty(&event.payload).unwrap_or_default();
+    let privacy_note = payload.note;
+    let payload = serde_json::to_string_pretty(&payload.value).unwrap_or_default();
     let body = html! {
         h1 { "Event #" (seq) " " span.mono { (event.id) } " " (badge(record.state.as_str())) }
         @if let Some(notice) = &notice {
@@ -90,6 +101,9 @@ pub(crate) async fn render(
         (step_table(&steps))
         (retry_form(shared, viewer, &record, &steps))
         h2 { "Payload" }
+        @if let Some(note) = &privacy_note {
+            p #privacy { (note) }
+        }
         pre.json #payload { (cut(&payload)) }
         h2 { "Audit trail" }
         (audit_table(&audit))

@@ -14,6 +14,7 @@ use std::time::Duration;
 use chrono::{DateTime, Utc};
 use serde::Serialize;
 
+use super::privacy::{ErasedBatch, RegisteredKey, Reseal, StoredValues, SubjectErase};
 use super::{EventRecord, StoreError};
 use crate::event::{EventState, StepState};
 
@@ -175,6 +176,38 @@ pub trait Admin: super::sealed::Sealed + Send + Sync {
 
     /// The sources that have events or tombstones (for prune's safety check).
     async fn sources(&self) -> Result<Vec<String>, StoreError>;
+
+    /// The keys that sealed this database's rows and are not retired.
+    async fn keys_registered(&self) -> Result<Vec<RegisteredKey>, StoreError>;
+
+    /// Record that `key_id` (with `key_check`) seals rows from now on;
+    /// nothing changes when it is recorded already. Returns the check value
+    /// recorded under that id, which differs from `key_check` when another
+    /// key had that id.
+    async fn key_register(&self, key_id: &str, key_check: &str) -> Result<String, StoreError>;
+
+    /// Forget `key_id`: no row is sealed with it any more (a rotation
+    /// checked), so an engine may start without it.
+    async fn key_retire(&self, key_id: &str) -> Result<(), StoreError>;
+
+    /// The stored payloads and outputs of up to `limit` events after row
+    /// `after_seq`, in row order, erased events left out: a rotation's page.
+    async fn values_page(&self, after_seq: i64, limit: u32)
+        -> Result<Vec<StoredValues>, StoreError>;
+
+    /// Write re-sealed values, each only where the stored text is still
+    /// the one read (a value changed since, by a mark or an erasure, is
+    /// left alone). Returns how many were written.
+    async fn values_reseal(&self, reseals: &[Reseal<'_>]) -> Result<u64, StoreError>;
+
+    /// Erase up to `erase.batch` events of a subject, in one transaction:
+    /// each loses its payload (JSON `null`), its steps' outputs and errors,
+    /// its error and progress text and its audit rows' free text, and
+    /// gains `erased_at` and an audit row; one that had not ended is
+    /// cancelled (fenced: a worker holding an expired lease can change
+    /// nothing after). Its row, dedup and replay keys, and step-status rows
+    /// stay. Events running under a live lease are left, and reported.
+    async fn subject_erase(&self, erase: &SubjectErase<'_>) -> Result<ErasedBatch, StoreError>;
 }
 
 /// One batch of [`Admin::event_prune`].

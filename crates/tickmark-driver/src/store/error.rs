@@ -80,6 +80,11 @@ pub enum StoreError {
     /// A stored row that this build cannot read.
     #[error("stored data is unreadable: {0}")]
     Corrupt(String),
+
+    /// The engine's keys do not fit this database's sealed rows, or a
+    /// payload could not be sealed (docs/privacy.md): nothing was written.
+    #[error("{0}")]
+    Sealing(String),
     /// The database URL names a backend this build was compiled without.
     #[error("this build of tickmark has no `{0}` backend: enable the `{0}` feature of the tickmark crate (it is on by default)")]
     BackendNotBuilt(super::Backend),

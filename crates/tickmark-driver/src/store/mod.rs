@@ -16,6 +16,7 @@ mod error;
 pub mod group_commit;
 pub mod migration;
 pub mod portable_query;
+pub mod privacy;
 pub mod reconcile;
 pub mod records;
 pub mod tombstone;

@@ -50,6 +50,9 @@ pub struct EventInsert<'a> {
     /// The trace context of the span that accepted it (the engine's `otel`
     /// feature): every run of the event continues that trace.
     pub trace: Option<&'a TraceContext>,
+    /// The keyed hashes of the event's subjects, separated by spaces
+    /// (docs/privacy.md): what `erase --subject` finds it by.
+    pub subjects: Option<&'a str>,
     /// Coalesce with the waiting events of a key (debounce): inserted in a
     /// transaction of its own, not batched.
     pub debounce: Option<DebounceInsert<'a>>,
@@ -93,6 +96,7 @@ impl EventInsert<'_> {
             tenant_key: self.tenant_key.map(str::to_owned),
             head_start_ms: self.head_start_ms,
             trace: self.trace.cloned(),
+            subjects: self.subjects.map(str::to_owned),
             #[cfg(feature = "sqlite")]
             match_keys: self.match_keys.to_vec(),
         }
@@ -134,6 +138,8 @@ pub struct OwnedEventInsert {
     pub head_start_ms: i32,
     #[doc(hidden)]
     pub trace: Option<TraceContext>,
+    #[doc(hidden)]
+    pub subjects: Option<String>,
     /// Only SQLite batches accepts with match keys; PostgreSQL gives them
     /// a transaction of their own (`store/postgres/wait.rs`).
     #[cfg(feature = "sqlite")]
@@ -539,6 +545,10 @@ pub struct EventRecord {
     /// The trace its runs continue, when it was accepted with tracing on.
     #[serde(skip)]
     pub trace: Option<TraceContext>,
+    /// When its subject was erased (docs/privacy.md): its payload and its
+    /// steps' outputs are gone; the row stays, so a redelivery is still a
+    /// duplicate.
+    pub erased_at: Option<DateTime<Utc>>,
 }
 
 /// One row of the step-status table (`tickmark_step_status`).
