@@ -67,10 +67,13 @@ CREATE TABLE tickmark_events (
     head_start_ms integer NOT NULL DEFAULT 0,
     traceparent text,
     tracestate text,
+    subjects text,
+    erased_at timestamp with time zone,
     CONSTRAINT tickmark_events_dedup UNIQUE (source, dedup_key),
     CONSTRAINT tickmark_events_head_start_ms_check CHECK ((head_start_ms >= 0)),
     CONSTRAINT tickmark_events_pkey PRIMARY KEY (id),
     CONSTRAINT tickmark_events_state_check CHECK ((state = ANY (ARRAY['pending'::text, 'running'::text, 'done'::text, 'dead'::text, 'parked'::text, 'ignored'::text, 'cancelled'::text, 'stale'::text, 'superseded'::text]))),
+    CONSTRAINT tickmark_events_subjects_check CHECK ((subjects ~ '^[0-9a-f]{64}( [0-9a-f]{64})*$'::text)),
     CONSTRAINT tickmark_events_traceparent_check CHECK ((length(traceparent) = 55)),
     CONSTRAINT tickmark_events_tracestate_check CHECK ((length(tracestate) <= 512))
 ) WITH (fillfactor=50);
@@ -80,6 +83,15 @@ CREATE TABLE tickmark_fair_clock (
     virtual_time double precision NOT NULL DEFAULT 0,
     CONSTRAINT tickmark_fair_clock_only_row_check CHECK (only_row),
     CONSTRAINT tickmark_fair_clock_pkey PRIMARY KEY (only_row)
+);
+
+CREATE TABLE tickmark_keys (
+    key_id text NOT NULL,
+    key_check text NOT NULL,
+    registered_at timestamp with time zone NOT NULL DEFAULT now(),
+    CONSTRAINT tickmark_keys_key_check_check CHECK ((key_check ~ '^[0-9a-f]{32}$'::text)),
+    CONSTRAINT tickmark_keys_key_id_check CHECK ((key_id ~ '^[A-Za-z0-9_-]{1,32}$'::text)),
+    CONSTRAINT tickmark_keys_pkey PRIMARY KEY (key_id)
 );
 
 CREATE TABLE tickmark_match_keys (
@@ -178,8 +190,10 @@ CREATE UNIQUE INDEX tickmark_audit_pkey ON tickmark_audit USING btree (id);
 CREATE UNIQUE INDEX tickmark_events_dedup ON tickmark_events USING btree (source, dedup_key);
 CREATE UNIQUE INDEX tickmark_events_pkey ON tickmark_events USING btree (id);
 CREATE UNIQUE INDEX tickmark_events_replay ON tickmark_events USING btree (source, replay_key) WHERE (replay_key IS NOT NULL);
+CREATE INDEX tickmark_events_subjects ON tickmark_events USING gin (string_to_array(subjects, ' '::text)) WHERE (subjects IS NOT NULL);
 CREATE INDEX tickmark_events_waiting ON tickmark_events USING btree (wait_key) WHERE (wait_key IS NOT NULL);
 CREATE UNIQUE INDEX tickmark_fair_clock_pkey ON tickmark_fair_clock USING btree (only_row);
+CREATE UNIQUE INDEX tickmark_keys_pkey ON tickmark_keys USING btree (key_id);
 CREATE INDEX tickmark_match_keys_event ON tickmark_match_keys USING btree (event_seq);
 CREATE UNIQUE INDEX tickmark_match_keys_pkey ON tickmark_match_keys USING btree (match_key, event_seq);
 CREATE UNIQUE INDEX tickmark_migrations_pkey ON tickmark_migrations USING btree (version);

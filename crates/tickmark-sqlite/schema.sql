@@ -63,7 +63,8 @@ CREATE TABLE "tickmark_events" (
         END
     ) VIRTUAL, traceparent TEXT
     CHECK (length(traceparent) = 55), tracestate TEXT
-    CHECK (length(tracestate) <= 512),
+    CHECK (length(tracestate) <= 512), subjects TEXT
+    CHECK (length(subjects) % 65 = 64 AND subjects NOT GLOB '*[^0-9a-f ]*'), erased_at TEXT,
     UNIQUE (source, dedup_key)
 ) STRICT;
 
@@ -71,6 +72,13 @@ CREATE TABLE tickmark_fair_clock (
     only_row     INTEGER PRIMARY KEY CHECK (only_row = 1),
     virtual_time REAL    NOT NULL DEFAULT 0
 ) STRICT;
+
+CREATE TABLE tickmark_keys (
+    key_id        TEXT PRIMARY KEY
+                  CHECK (length(key_id) BETWEEN 1 AND 32 AND key_id NOT GLOB '*[^A-Za-z0-9_-]*'),
+    key_check     TEXT NOT NULL CHECK (length(key_check) = 32 AND key_check NOT GLOB '*[^0-9a-f]*'),
+    registered_at TEXT NOT NULL
+);
 
 CREATE TABLE tickmark_match_keys (
     match_key   TEXT    NOT NULL,

@@ -13,12 +13,12 @@ use std::time::Duration;
 use chrono::{DateTime, Utc};
 use tickmark::store::sqlite::SqliteStore;
 use tickmark::store::{AppConnection, Backend, StepTransaction, Store, StoreError};
-use tickmark_driver::store::privacy::{
-    ErasedBatch, RegisteredKey, Reseal, StoredValues, SubjectErase,
-};
 use tickmark_driver::store::admin::{
     Admin, AuditEntry, Decide, EventFilter, KeySlots, PruneBatch, StatusReport, TenantRow,
     TransitionError,
+};
+use tickmark_driver::store::privacy::{
+    ErasedBatch, RegisteredKey, Reseal, StoredValues, SubjectErase,
 };
 use tickmark_driver::store::{
     ClaimParams, ClaimedEvent, EventCounts, EventInsert, EventRecord, InsertOutcome, Lease,
@@ -812,7 +812,9 @@ impl Admin for SimStore {
     }
 
     async fn key_register(&self, key_id: &str, key_check: &str) -> Result<String, StoreError> {
-        self.world.db.block(self.inner.key_register(key_id, key_check))
+        self.world
+            .db
+            .block(self.inner.key_register(key_id, key_check))
     }
 
     async fn key_retire(&self, key_id: &str) -> Result<(), StoreError> {
@@ -824,7 +826,9 @@ impl Admin for SimStore {
         after_seq: i64,
         limit: u32,
     ) -> Result<Vec<StoredValues>, StoreError> {
-        self.world.db.block(self.inner.values_page(after_seq, limit))
+        self.world
+            .db
+            .block(self.inner.values_page(after_seq, limit))
     }
 
     async fn values_reseal(&self, reseals: &[Reseal<'_>]) -> Result<u64, StoreError> {
@@ -833,6 +837,16 @@ impl Admin for SimStore {
 
     async fn subject_erase(&self, erase: &SubjectErase<'_>) -> Result<ErasedBatch, StoreError> {
         self.world.db.block(self.inner.subject_erase(erase))
+    }
+
+    async fn subject_events(
+        &self,
+        subject_hash: &str,
+        limit: u32,
+    ) -> Result<Vec<EventRecord>, StoreError> {
+        self.world
+            .db
+            .block(self.inner.subject_events(subject_hash, limit))
     }
 
     async fn tenant_weight_set(

@@ -92,6 +92,7 @@ mod error;
 pub mod http_call;
 pub mod http_client;
 pub mod outbox;
+pub mod shopify_compliance;
 #[cfg(test)]
 mod test_support;
 mod trace_context;

@@ -9,8 +9,7 @@ use serde::Serialize;
 use super::progress_line::ProgressLine;
 use super::{default_actor, Failure, Output};
 use tickmark_core::privacy::{
-    erase_subject, EraseReport, EraseRequest, PrivacyError, Subject, SubjectKey,
-    SUBJECT_KEY_VAR,
+    erase_subject, EraseReport, EraseRequest, PrivacyError, Subject, SubjectKey, SUBJECT_KEY_VAR,
 };
 use tickmark_driver::store::Store;
 

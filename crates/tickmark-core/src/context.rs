@@ -12,10 +12,11 @@ use std::time::{Duration, Instant};
 use serde::de::DeserializeOwned;
 use tokio_util::sync::CancellationToken;
 
+use crate::privacy::{EraseReport, Subject};
 use crate::resources::Resources;
 use crate::step::StepError;
 use tickmark_driver::event::{Accepted, Event, NewEvent};
-use tickmark_driver::store::{Lease, StepTransaction, Store, StoreError};
+use tickmark_driver::store::{EventRecord, Lease, StepTransaction, Store, StoreError};
 
 /// Progress reports closer together than this are not written (the latest
 /// state of a fast loop is enough for an operator).
@@ -47,6 +48,19 @@ pub trait FollowUps: Send + Sync {
     /// Accept `event` as the receiver would, or refuse it (a kind nobody
     /// handles would be recorded as ignored and never run).
     async fn accept(&self, event: &NewEvent) -> Result<Accepted, StepError>;
+
+    /// Erase `subject` as [`Engine::erase_subject`](crate::Engine::erase_subject)
+    /// does, leaving out event `except` (the asking step's own), waiting for
+    /// no running event: those are in the report, and the step retries.
+    async fn erase_subject(
+        &self,
+        subject: &Subject,
+        reason: &str,
+        except: i64,
+    ) -> Result<EraseReport, StepError>;
+
+    /// The events recorded with `subject`, not erased, payloads opened.
+    async fn subject_events(&self, subject: &Subject) -> Result<Vec<EventRecord>, StepError>;
 }
 
 /// The outputs of the steps of one event that are already marked done, by step name.
@@ -219,6 +233,37 @@ impl<'a> StepContext<'a> {
             ));
         };
         follow_ups.accept(&event).await
+    }
+
+    /// Erase what the engine holds about `subject`, as
+    /// [`Engine::erase_subject`](crate::Engine::erase_subject) does, except
+    /// this step's own event (a compliance webhook's, which is running).
+    /// Events of the subject that are running are left and named in the
+    /// report: return a retryable error to erase them on a later attempt.
+    pub async fn erase_subject(
+        &self,
+        subject: &Subject,
+        reason: &str,
+    ) -> Result<EraseReport, StepError> {
+        let Some(follow_ups) = self.follow_ups else {
+            return Err(StepError::retryable(
+                "this context has no inbox (built outside a worker)",
+            ));
+        };
+        follow_ups
+            .erase_subject(subject, reason, self.event.seq)
+            .await
+    }
+
+    /// The events the engine holds about `subject` (not erased), with
+    /// their payloads: what a data request is answered with.
+    pub async fn subject_events(&self, subject: &Subject) -> Result<Vec<EventRecord>, StepError> {
+        let Some(follow_ups) = self.follow_ups else {
+            return Err(StepError::retryable(
+                "this context has no inbox (built outside a worker)",
+            ));
+        };
+        follow_ups.subject_events(subject).await
     }
 
     #[doc(hidden)]

@@ -6,10 +6,10 @@ use crate::event_status::EventStatus;
 use crate::handler::{HandlerConfigError, Handlers, Registry};
 use crate::inbox::{self, Accepted};
 use crate::metrics::Metrics;
-use crate::privacy::{self, EraseReport, EraseRequest, Privacy, PrivacyError, Subject};
 use crate::operator::{
     replan, Actor, AdminError, Operations, ReplanIgnored, ReplanReport, RetryRequest,
 };
+use crate::privacy::{self, EraseReport, EraseRequest, Privacy, PrivacyError, Subject};
 use crate::resources::Resources;
 use crate::runner::{AloneGate, Worker, WorkerConfig, WorkerConfigError};
 use tickmark_driver::event::NewEvent;
@@ -211,10 +211,16 @@ impl Engine {
         source: &str,
         id: &str,
     ) -> Result<Option<EventStatus>, StoreError> {
-        let Some(record) = self.store.event_find(source, id).await? else {
+        let Some(mut record) = self.store.event_find(source, id).await? else {
             return Ok(None);
         };
-        let steps = self.store.step_status(record.event.seq).await?;
+        let mut steps = self.store.step_status(record.event.seq).await?;
+        self.open_payload(&mut record)?;
+        for step in &mut steps {
+            if let Some(output) = step.output.take() {
+                step.output = Some(self.privacy.open(output).map_err(StoreError::from)?);
+            }
+        }
         Ok(Some(EventStatus { record, steps }))
     }
 
@@ -227,7 +233,18 @@ impl Engine {
 
     /// The events `filter` selects, newest first (at most `filter.limit`).
     pub async fn events(&self, filter: &EventFilter) -> Result<Vec<EventRecord>, StoreError> {
-        self.store.event_list(filter).await
+        let mut records = self.store.event_list(filter).await?;
+        for record in &mut records {
+            self.open_payload(record)?;
+        }
+        Ok(records)
+    }
+
+    /// `record`'s payload opened with this engine's keys (docs/privacy.md).
+    fn open_payload(&self, record: &mut EventRecord) -> Result<(), StoreError> {
+        let payload = std::mem::take(&mut record.event.payload);
+        record.event.payload = self.privacy.open(payload).map_err(StoreError::from)?;
+        Ok(())
     }
 
     /// Give the ignored events `request` names the plans this engine's

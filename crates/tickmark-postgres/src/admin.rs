@@ -338,6 +338,19 @@ impl Admin for PostgresStore {
         self.erase_subject(erase).await
     }
 
+    async fn subject_events(
+        &self,
+        subject_hash: &str,
+        limit: u32,
+    ) -> Result<Vec<EventRecord>, StoreError> {
+        let rows = sqlx::query(sql::SUBJECT_EVENTS)
+            .bind(subject_hash)
+            .bind(i64::from(limit))
+            .fetch_all(&self.db)
+            .await?;
+        rows.iter().map(record_from_row).collect()
+    }
+
     async fn tenant_weight_set(
         &self,
         tenant: &str,

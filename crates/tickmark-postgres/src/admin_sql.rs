@@ -76,7 +76,8 @@ pub const ADMIN_EVENT_LOCK: &str = "
 
 /// Re-queue event `$1` at step `$2`: from dead, parked or cancelled; from done
 /// only when re-running from a chosen step (`$3`); from running only when
-/// forced (`$4`) and the lease has expired. Fences out any old lease.
+/// forced (`$4`) and the lease has expired; never an erased event (its
+/// payload is gone: docs/privacy.md). Fences out any old lease.
 pub const EVENT_RETRY: &str = concat!(
     "UPDATE tickmark_events
     SET state = 'pending', next_step = $2, due_at = now(), attempt = 0, interrupted = 0, suspect = false, lease_owner = NULL,
@@ -84,7 +85,7 @@ pub const EVENT_RETRY: &str = concat!(
         snoozed = false, progress = NULL, progress_message = NULL,
         wait_key = NULL, wait_since = NULL, wait_until = NULL,
         resource_seq = CASE WHEN state = 'stale' THEN NULL ELSE resource_seq END
-    WHERE id = $1
+    WHERE id = $1 AND erased_at IS NULL
       AND (state IN ('dead', 'parked', 'cancelled', 'stale')
            OR (state = 'done' AND $3)
            OR (state = 'running' AND $4 AND due_at <= now()))
@@ -129,7 +130,7 @@ pub const EVENT_REPLAN: &str = concat!(
         due_at = now(), finished_at = NULL, last_error = NULL, lease_token = lease_token + 1,
         resource_key = $4, resource_seq = $5, limit_key = $6, limit_n = $7, tenant_key = $8,
         head_start_ms = $9
-    WHERE id = $1 AND state = 'ignored'
+    WHERE id = $1 AND state = 'ignored' AND erased_at IS NULL
     RETURNING ",
     record_columns!()
 );
@@ -268,3 +269,15 @@ pub const KEY_HOLDERS: &str = "
     WHERE q.limit_key = $1 AND q.due_at > now()
       AND e.state = 'running' AND e.due_at > now()
     ORDER BY e.id LIMIT 10";
+
+/// Up to `$2` events of subject hash `$1`, not erased, oldest first (a
+/// data request's answer).
+pub const SUBJECT_EVENTS: &str = concat!(
+    "SELECT ",
+    record_columns!(),
+    "
+    FROM tickmark_events
+    WHERE subjects IS NOT NULL AND string_to_array(subjects, ' ') @> ARRAY[$1::text]
+      AND erased_at IS NULL
+    ORDER BY id LIMIT $2"
+);

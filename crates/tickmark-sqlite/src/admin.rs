@@ -18,10 +18,10 @@ use tickmark_driver::store::admin::{
     Admin, AuditEntry, AuditNote, Decide, Decision, EventFilter, EventSnapshot, KeySlots,
     PruneBatch, StatusReport, TenantRow, TransitionError,
 };
-use tickmark_driver::store::tombstone::{key_hash, KeyKind};
 use tickmark_driver::store::privacy::{
     ErasedBatch, RegisteredKey, Reseal, StoredValues, SubjectErase,
 };
+use tickmark_driver::store::tombstone::{key_hash, KeyKind};
 use tickmark_driver::store::twin;
 use tickmark_driver::store::{decode, EventRecord, StoreError};
 
@@ -404,6 +404,19 @@ impl Admin for SqliteStore {
 
     async fn subject_erase(&self, erase: &SubjectErase<'_>) -> Result<ErasedBatch, StoreError> {
         self.erase_subject(erase).await
+    }
+
+    async fn subject_events(
+        &self,
+        subject_hash: &str,
+        limit: u32,
+    ) -> Result<Vec<EventRecord>, StoreError> {
+        let rows = sqlx::query(sql::SUBJECT_EVENTS)
+            .bind(subject_hash)
+            .bind(i64::from(limit))
+            .fetch_all(&self.pool)
+            .await?;
+        rows.iter().map(record_from_row).collect()
     }
 
     async fn tenant_weight_set(

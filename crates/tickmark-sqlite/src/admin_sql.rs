@@ -76,7 +76,8 @@ pub const ADMIN_EVENT_READ: &str = "
 
 /// Re-queue event ?1 at step ?2: from dead, parked or cancelled; from done only
 /// when re-running from a chosen step (?3); from running only when forced (?4)
-/// and the lease has expired (before ?5, now). Fences out any old lease.
+/// and the lease has expired (before ?5, now); never an erased event (its
+/// payload is gone: docs/privacy.md). Fences out any old lease.
 pub const EVENT_RETRY: &str = concat!(
     "UPDATE tickmark_events
     SET state = 'pending', next_step = ?2, due_at = ?5, attempt = 0, interrupted = 0, suspect = 0, lease_owner = NULL,
@@ -84,7 +85,7 @@ pub const EVENT_RETRY: &str = concat!(
         snoozed = 0, progress = NULL, progress_message = NULL,
         wait_key = NULL, wait_since = NULL, wait_until = NULL,
         resource_seq = CASE WHEN state = 'stale' THEN NULL ELSE resource_seq END
-    WHERE id = ?1
+    WHERE id = ?1 AND erased_at IS NULL
       AND (state IN ('dead', 'parked', 'cancelled', 'stale')
            OR (state = 'done' AND ?3)
            OR (state = 'running' AND ?4 AND due_at <= ?5))
@@ -129,7 +130,7 @@ pub const EVENT_REPLAN: &str = concat!(
         due_at = ?8, finished_at = NULL, last_error = NULL, lease_token = lease_token + 1,
         resource_key = ?4, resource_seq = ?5, limit_key = ?6, limit_n = ?7, tenant_key = ?9,
         head_start_ms = ?10
-    WHERE id = ?1 AND state = 'ignored'
+    WHERE id = ?1 AND state = 'ignored' AND erased_at IS NULL
     RETURNING ",
     record_columns!()
 );
@@ -239,3 +240,15 @@ pub const KEY_HOLDERS: &str = "
     SELECT id, dedup_key FROM tickmark_events
     WHERE limit_key = ?1 AND state = 'running' AND due_at > ?2
     ORDER BY id LIMIT 10";
+
+/// Up to `?2` events of subject hash `?1`, not erased, oldest first (a
+/// data request's answer).
+pub const SUBJECT_EVENTS: &str = concat!(
+    "SELECT ",
+    record_columns!(),
+    "
+    FROM tickmark_events
+    WHERE subjects IS NOT NULL AND instr(' ' || subjects || ' ', ' ' || ?1 || ' ') > 0
+      AND erased_at IS NULL
+    ORDER BY id LIMIT ?2"
+);

@@ -78,10 +78,55 @@ const ERASE_AUDIT: &str = "
     VALUES (?1, ?2, ?3, 'erase', ?4,
             'payload, outputs and free text erased; dedup keys and step states kept')";
 
+/// Zero the space the next statements free in the pages they rewrite (an
+/// erased payload, a value sealed with a retired key), and free pages too,
+/// instead of leaving the old bytes in them; answers the connection's
+/// setting before, which [`secure_delete_restore`] puts back before the
+/// connection goes back to the pool. Per connection, so set inside the
+/// write transaction.
+async fn secure_delete(
+    tx: &mut sqlx::Transaction<'static, sqlx::Sqlite>,
+) -> Result<i64, StoreError> {
+    let before: i64 = sqlx::query_scalar("PRAGMA secure_delete")
+        .fetch_one(&mut **tx)
+        .await?;
+    sqlx::query("PRAGMA secure_delete = ON")
+        .execute(&mut **tx)
+        .await?;
+    Ok(before)
+}
+
+/// Put back the connection's `secure_delete` setting (0, 1, or 2: fast).
+async fn secure_delete_restore(
+    tx: &mut sqlx::Transaction<'static, sqlx::Sqlite>,
+    before: i64,
+) -> Result<(), StoreError> {
+    let pragma = match before {
+        0 => "PRAGMA secure_delete = OFF",
+        1 => "PRAGMA secure_delete = ON",
+        _ => "PRAGMA secure_delete = FAST",
+    };
+    sqlx::query(pragma).execute(&mut **tx).await?;
+    Ok(())
+}
+
 impl SqliteStore {
+    /// Copy the rewritten pages into the file and empty the WAL, which
+    /// still holds the pages as they were. Best effort: a reader holding an
+    /// old snapshot keeps them until a later checkpoint.
+    async fn checkpoint(&self) {
+        if let Err(error) = sqlx::query("PRAGMA wal_checkpoint(TRUNCATE)")
+            .execute(&self.pool)
+            .await
+        {
+            tracing::warn!(%error, "the WAL checkpoint after an erasure or a re-seal failed; the next checkpoint copies it");
+        }
+    }
+
     pub(super) async fn registered_keys(&self) -> Result<Vec<RegisteredKey>, StoreError> {
-        let rows: Vec<(String, String, String)> =
-            sqlx::query_as(KEYS_REGISTERED).fetch_all(&self.pool).await?;
+        let rows: Vec<(String, String, String)> = sqlx::query_as(KEYS_REGISTERED)
+            .fetch_all(&self.pool)
+            .await?;
         rows.into_iter()
             .map(|(key_id, key_check, registered_at)| {
                 Ok(RegisteredKey {
@@ -146,6 +191,7 @@ impl SqliteStore {
 
     pub(super) async fn reseal_values(&self, reseals: &[Reseal<'_>]) -> Result<u64, StoreError> {
         let (turn, mut tx) = self.begin_write().await?;
+        let secure_delete_before = secure_delete(&mut tx).await?;
         let mut written = 0;
         for reseal in reseals {
             let done = match reseal.position {
@@ -169,7 +215,9 @@ impl SqliteStore {
             };
             written += done.rows_affected();
         }
+        secure_delete_restore(&mut tx, secure_delete_before).await?;
         tx.commit().await?;
+        self.checkpoint().await;
         drop(turn);
         Ok(written)
     }
@@ -179,6 +227,7 @@ impl SqliteStore {
         erase: &SubjectErase<'_>,
     ) -> Result<ErasedBatch, StoreError> {
         let (turn, mut tx) = self.begin_write().await?;
+        let secure_delete_before = secure_delete(&mut tx).await?;
         let now = format_time(self.clock.now());
         let found: Vec<(i64, bool, bool)> = sqlx::query_as(SUBJECT_EVENTS)
             .bind(erase.subject_hash)
@@ -191,7 +240,10 @@ impl SqliteStore {
             .filter(|(_, _, active)| *active)
             .map(|(seq, ..)| *seq)
             .collect();
-        let found = found.into_iter().map(|(seq, live, _)| (seq, live)).collect();
+        let found = found
+            .into_iter()
+            .map(|(seq, live, _)| (seq, live))
+            .collect();
         let (running, ended) = split_live(found, erase.batch);
         let mut batch = ErasedBatch {
             running,
@@ -221,7 +273,9 @@ impl SqliteStore {
                 batch.cancelled.push(seq);
             }
         }
+        secure_delete_restore(&mut tx, secure_delete_before).await?;
         tx.commit().await?;
+        self.checkpoint().await;
         drop(turn);
         Ok(batch)
     }

@@ -170,10 +170,10 @@ pub mod trace;
 pub mod wait;
 
 pub use error::Error;
+pub use store::{connect, migrate, Backend, StepTransaction, Store, StoreError};
 /// Personal data in payloads: encryption at rest, subjects, erasure
 /// (docs/privacy.md).
 pub use tickmark_core::privacy;
-pub use store::{connect, migrate, Backend, StepTransaction, Store, StoreError};
 pub use tickmark_core::{
     idempotency_key, output, redact_url, Accepted, Engine, EventStatus, FailureKind, Handler,
     HandlerConfigError, Handlers, Output, Resources, SecretString, Step, StepContext, StepError,

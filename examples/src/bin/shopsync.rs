@@ -26,6 +26,7 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use clap::Parser;
+use tickmark::privacy::Privacy;
 use tickmark::{Engine, Receiver, WorkerConfig};
 use tickmark_examples::secrets::secrets;
 use tickmark_examples::shopsync::{
@@ -219,9 +220,20 @@ async fn run(args: Args) -> Result<(), String> {
             tickmark::redact_url(&args.database_url)
         )
     })?;
-    let engine = Engine::new(store, shopsync::handlers(&flow, &args.orders()))
+    // Payloads sealed with TICKMARK_KEYS, subjects recorded under
+    // TICKMARK_SUBJECT_KEY, when set (docs/privacy.md): then Shopify's
+    // compliance topics erase what a customer or a shop asks.
+    let privacy = Privacy::from_env().map_err(|e| e.to_string())?;
+    let handlers = if privacy.subject_key().is_some() {
+        shopsync::handlers_recording_subjects(&flow, &args.orders())
+    } else {
+        shopsync::handlers(&flow, &args.orders())
+    };
+    let engine = Engine::new(store, handlers)
         .map_err(|e| format!("invalid handlers: {e}"))?
+        .with_privacy(privacy)
         .with_resource(AdminApi::new(args.admin_api_url.clone()));
+    engine.check_keys().await.map_err(|e| e.to_string())?;
     shopsync::create_tables(&engine).await.map_err(|e| {
         format!(
             "cannot create the app's table in {}: {e}",

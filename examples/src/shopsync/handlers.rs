@@ -9,6 +9,7 @@ use std::time::Duration;
 use tickmark::flow::RateLimit;
 use tickmark::wait::WaitFor;
 use tickmark::{Handler, Handlers, ANY};
+use tickmark_steps::shopify_compliance::{self, AnswerDataRequest, RedactCustomer, RedactShop};
 
 use super::order::ORDER_ID_POINTER;
 use super::{
@@ -65,6 +66,28 @@ use super::{
 /// accepts deliveries must run a build with this handler (see
 /// docs/shopsync.md on deploying it).
 pub fn handlers(flow: &FlowSettings, orders: &OrderSettings) -> Handlers {
+    build(flow, orders, false)
+}
+
+/// [`handlers`], each recording the subjects of its events (the customer by
+/// id and email, the shop) as keyed hashes, so that Shopify's compliance
+/// topics erase them: needs `TICKMARK_SUBJECT_KEY` (docs/privacy.md).
+pub fn handlers_recording_subjects(flow: &FlowSettings, orders: &OrderSettings) -> Handlers {
+    build(flow, orders, true)
+}
+
+/// The handlers; with `subjects`, each records its events' subjects.
+/// Shopify's mandatory compliance topics are handled either way, by the
+/// ready-made steps of `tickmark_steps::shopify_compliance`: without a
+/// subject key they dead-letter, saying so.
+fn build(flow: &FlowSettings, orders: &OrderSettings, subjects: bool) -> Handlers {
+    let subjects_of = |handler: Handler, body: &str| {
+        if subjects {
+            shopify_compliance::record_subjects(handler, body, "/shop")
+        } else {
+            handler
+        }
+    };
     Handlers::new()
         .rate_limit(
             RateLimit::new(RATE_LIMIT, flow.rate_per_sec, Duration::from_secs(1)).burst(flow.burst),
@@ -72,7 +95,7 @@ pub fn handlers(flow: &FlowSettings, orders: &OrderSettings) -> Handlers {
         .on(
             SOURCE,
             PRODUCTS_UPDATE,
-            Handler::new()
+            subjects_of(Handler::new(), "/product")
                 .named_step("push_product", PushProduct)
                 .rate_limited(RATE_LIMIT, "/shop")
                 .concurrency_per("/shop", flow.per_shop_concurrency)
@@ -82,7 +105,7 @@ pub fn handlers(flow: &FlowSettings, orders: &OrderSettings) -> Handlers {
         .on(
             SOURCE,
             ORDERS_CREATE,
-            Handler::new()
+            subjects_of(Handler::new(), "/body")
                 .named_step("reserve_stock", OrderCall::reserve())
                 .rate_limited(RATE_LIMIT, "/shop")
                 .wait(
@@ -102,7 +125,26 @@ pub fn handlers(flow: &FlowSettings, orders: &OrderSettings) -> Handlers {
                 .rate_limited(RATE_LIMIT, "/shop")
                 .skip_stale(ORDER_ID_POINTER, ORDER_ID_POINTER),
         )
-        .on(SOURCE, ANY, Handler::new().named_step("record", Record))
+        .on(
+            SOURCE,
+            "customers/redact",
+            Handler::new().named_step("redact_customer", RedactCustomer::body_at("/body")),
+        )
+        .on(
+            SOURCE,
+            "shop/redact",
+            Handler::new().named_step("redact_shop", RedactShop::body_at("/body")),
+        )
+        .on(
+            SOURCE,
+            "customers/data_request",
+            Handler::new().named_step("answer_data_request", AnswerDataRequest::body_at("/body")),
+        )
+        .on(
+            SOURCE,
+            ANY,
+            subjects_of(Handler::new(), "/body").named_step("record", Record),
+        )
 }
 
 #[cfg(test)]

@@ -34,7 +34,7 @@ mod settings;
 
 pub use admin_api::{AdminApi, DEFAULT_TIMEOUT};
 pub use database::{create_tables, open, RECEIVED_TABLE};
-pub use handlers::handlers;
+pub use handlers::{handlers, handlers_recording_subjects};
 pub use order::{OrderRef, ORDER_ID_POINTER};
 pub use order_call::{OrderAction, OrderCall};
 pub use product::ProductUpdate;

@@ -19,6 +19,9 @@ mod prefetch;
 // Traces exported to a loopback OpenTelemetry collector.
 mod traces;
 
+// Personal data: encryption at rest, erasure, key rotation.
+mod privacy;
+
 // Embedding tickmark in an application.
 mod accept_in;
 mod app_pool;

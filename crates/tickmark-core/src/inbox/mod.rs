@@ -17,11 +17,11 @@ use planned::plan_event;
 
 use crate::context::FollowUps;
 use crate::handler::Registry;
-use crate::privacy::Privacy;
+use crate::privacy::{erase_subject, EraseReport, EraseRequest, Privacy, PrivacyError, Subject};
 use crate::step::StepError;
 use tickmark_driver::event::NewEvent;
 use tickmark_driver::store::transient::retry_transient;
-use tickmark_driver::store::{AppConnection, Store, StoreError};
+use tickmark_driver::store::{AppConnection, EventRecord, Store, StoreError};
 
 /// How long an accept retries a transient store error before giving up (the
 /// receiver then answers 503 and the provider retries).
@@ -51,6 +51,54 @@ impl FollowUps for FollowUpInbox<'_> {
             )));
         }
         Ok(accept(self.store, self.registry, self.privacy, event).await?)
+    }
+
+    async fn erase_subject(
+        &self,
+        subject: &Subject,
+        reason: &str,
+        except: i64,
+    ) -> Result<EraseReport, StepError> {
+        let key = self
+            .privacy
+            .subject_key()
+            .ok_or_else(|| StepError::terminal(PrivacyError::NoSubjectKey.to_string()))?;
+        let request = EraseRequest {
+            actor: "step",
+            reason,
+            wait_for_running: Duration::ZERO,
+            except_event: Some(except),
+        };
+        erase_subject(self.store, key, subject, &request)
+            .await
+            .map_err(privacy_failure)
+    }
+
+    async fn subject_events(&self, subject: &Subject) -> Result<Vec<EventRecord>, StepError> {
+        let key = self
+            .privacy
+            .subject_key()
+            .ok_or_else(|| StepError::terminal(PrivacyError::NoSubjectKey.to_string()))?;
+        let mut events = self
+            .store
+            .subject_events(&key.hash(subject), SUBJECT_EVENTS_MAX)
+            .await?;
+        for record in &mut events {
+            let payload = std::mem::take(&mut record.event.payload);
+            record.event.payload = self.privacy.open(payload).map_err(privacy_failure)?;
+        }
+        Ok(events)
+    }
+}
+
+/// The most events a data request's answer lists.
+const SUBJECT_EVENTS_MAX: u32 = 1_000;
+
+/// A privacy error in a step: the database's are retried, the keys' are not.
+fn privacy_failure(error: PrivacyError) -> StepError {
+    match error {
+        PrivacyError::Store(error) => error.into(),
+        other => StepError::terminal(other.to_string()),
     }
 }
 

@@ -139,7 +139,10 @@ mod tests {
     fn a_missing_key_a_wrong_key_and_an_altered_value_are_errors() {
         let keys = Keyring::parse(K1).unwrap();
         let stored = sealed(&keys, &serde_json::json!({"a": 1}));
-        assert!(matches!(open(None, &stored), Err(PrivacyError::UnknownKey { .. })));
+        assert!(matches!(
+            open(None, &stored),
+            Err(PrivacyError::UnknownKey { .. })
+        ));
         let impostor = Keyring::parse(&K2.replace("k2", "k1")).unwrap();
         assert!(matches!(
             open(Some(&impostor), &stored),
@@ -152,6 +155,9 @@ mod tests {
             open(Some(&relabelled), &moved),
             Err(PrivacyError::Unreadable { .. })
         ));
-        assert_eq!(open(Some(&keys), &serde_json::json!({"a": 1})).unwrap(), None);
+        assert_eq!(
+            open(Some(&keys), &serde_json::json!({"a": 1})).unwrap(),
+            None
+        );
     }
 }

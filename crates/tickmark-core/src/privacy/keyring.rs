@@ -65,13 +65,13 @@ impl Keyring {
                 )));
             }
             if keys.iter().any(|known| known.id == id) {
-                return Err(PrivacyError::BadKeys(format!("key id `{id}` is given twice")));
+                return Err(PrivacyError::BadKeys(format!(
+                    "key id `{id}` is given twice"
+                )));
             }
             let bytes = base64::engine::general_purpose::STANDARD
                 .decode(key)
-                .map_err(|_| {
-                    PrivacyError::BadKeys(format!("key `{id}` is not standard base64"))
-                })?;
+                .map_err(|_| PrivacyError::BadKeys(format!("key `{id}` is not standard base64")))?;
             if bytes.len() != KEY_BYTES {
                 return Err(PrivacyError::BadKeys(format!(
                     "key `{id}` is {} bytes, not {KEY_BYTES}",

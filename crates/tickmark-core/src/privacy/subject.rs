@@ -173,7 +173,12 @@ mod tests {
             rule("customer", "/customer/id").subjects_of(&payload),
             [Subject::new("customer", "191167")]
         );
-        assert_eq!(rule("order", "/orders_to_redact").subjects_of(&payload).len(), 2);
+        assert_eq!(
+            rule("order", "/orders_to_redact")
+                .subjects_of(&payload)
+                .len(),
+            2
+        );
         assert!(rule("x", "/blank").subjects_of(&payload).is_empty());
         assert!(rule("x", "/missing").subjects_of(&payload).is_empty());
     }
@@ -185,7 +190,10 @@ mod tests {
         let subject = Subject::new("email", "a@example.com");
         assert_eq!(key.hash(&subject).len(), 64);
         assert_ne!(key.hash(&subject), other.hash(&subject));
-        assert_ne!(key.hash(&subject), key.hash(&Subject::new("customer", "a@example.com")));
+        assert_ne!(
+            key.hash(&subject),
+            key.hash(&Subject::new("customer", "a@example.com"))
+        );
         let column = key.column(&[subject.clone(), subject.clone()]).unwrap();
         assert_eq!(column, key.hash(&subject));
         assert!(key.column(&[]).is_none());

@@ -22,15 +22,13 @@ use super::slots::Slot;
 use crate::context::StepOutputs;
 use crate::idempotency::idempotency_key;
 use crate::plan::{Action, Plan};
+use crate::privacy::PrivacyError;
 use crate::step::FailureKind;
 #[cfg(feature = "testing")]
 use crate::{plan::PlannedStep, step::Step};
 use tickmark_driver::flow::RateLimitUse;
 use tickmark_driver::store::transient::retry_transient;
-use crate::privacy::PrivacyError;
-use tickmark_driver::store::{
-    ClaimedEvent, Lease, RateTake, RateTaken, Release, SequenceCheck,
-};
+use tickmark_driver::store::{ClaimedEvent, Lease, RateTake, RateTaken, Release, SequenceCheck};
 
 pub async fn run_event(
     shared: &RunnerShared,

@@ -12,8 +12,8 @@ use super::slots::Slots;
 use super::{AloneGate, WorkerConfig, WorkerSignals};
 use crate::claim::LeaseBook;
 use crate::handler::Registry;
-use crate::privacy::Privacy;
 use crate::metrics::Metrics;
+use crate::privacy::Privacy;
 use crate::resources::Resources;
 use tickmark_driver::store::Store;
 

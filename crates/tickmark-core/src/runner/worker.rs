@@ -110,7 +110,11 @@ impl Worker {
     async fn privacy_ready(&self, shutdown: &CancellationToken) -> Result<(), StoreError> {
         loop {
             let declares_subjects = self.registry.declares_subjects();
-            match self.privacy.ready(self.store.as_ref(), declares_subjects).await {
+            match self
+                .privacy
+                .ready(self.store.as_ref(), declares_subjects)
+                .await
+            {
                 Err(error) if error.is_transient() && !shutdown.is_cancelled() => {
                     tracing::warn!(%error, "checking the encryption keys; retrying");
                     tokio::select! {

@@ -192,8 +192,11 @@ pub trait Admin: super::sealed::Sealed + Send + Sync {
 
     /// The stored payloads and outputs of up to `limit` events after row
     /// `after_seq`, in row order, erased events left out: a rotation's page.
-    async fn values_page(&self, after_seq: i64, limit: u32)
-        -> Result<Vec<StoredValues>, StoreError>;
+    async fn values_page(
+        &self,
+        after_seq: i64,
+        limit: u32,
+    ) -> Result<Vec<StoredValues>, StoreError>;
 
     /// Write re-sealed values, each only where the stored text is still
     /// the one read (a value changed since, by a mark or an erasure, is
@@ -208,6 +211,14 @@ pub trait Admin: super::sealed::Sealed + Send + Sync {
     /// nothing after). Its row, dedup and replay keys, and step-status rows
     /// stay. Events running under a live lease are left, and reported.
     async fn subject_erase(&self, erase: &SubjectErase<'_>) -> Result<ErasedBatch, StoreError>;
+
+    /// Up to `limit` events recorded with subject hash `subject_hash`, not
+    /// erased, oldest first: what a data request is answered with.
+    async fn subject_events(
+        &self,
+        subject_hash: &str,
+        limit: u32,
+    ) -> Result<Vec<EventRecord>, StoreError>;
 }
 
 /// One batch of [`Admin::event_prune`].

@@ -85,9 +85,7 @@ pub fn join_outputs(
         .into_iter()
         .map(|(event_seq, payload_json)| {
             let mut own = Vec::new();
-            while let Some((_, position, output)) =
-                outputs.next_if(|(seq, ..)| *seq <= event_seq)
-            {
+            while let Some((_, position, output)) = outputs.next_if(|(seq, ..)| *seq <= event_seq) {
                 own.push((position, output));
             }
             StoredValues {
