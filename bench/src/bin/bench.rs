@@ -85,7 +85,14 @@ struct Args {
     /// traces logs too.
     #[arg(long, conflicts_with = "phases")]
     logs: bool,
+    /// Seal every payload and output at rest (`TICKMARK_KEYS` set, with a
+    /// fixed key made for the bench: docs/privacy.md): what encryption costs.
+    #[arg(long)]
+    encrypt: bool,
 }
+
+/// The key `--encrypt` seals with (32 bytes of 0..31; a bench's, not a secret).
+const BENCH_KEYS: &str = "bench:AAECAwQFBgcICQoLDA0ODxAREhMUFRYXGBkaGxwdHh8=";
 
 /// A step that does nothing: what is measured is the engine's own cost.
 #[derive(Debug, Serialize, Deserialize)]
@@ -102,6 +109,8 @@ impl Step for Noop {
 #[derive(Debug, Default, Serialize)]
 struct Figures {
     backend: String,
+    /// `--encrypt`: payloads and outputs sealed at rest.
+    encrypted: bool,
     events: usize,
     steps: usize,
     workers: usize,
@@ -172,6 +181,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let base = args.database_url.as_deref();
     let backlog = args.backlog.max(args.events);
     let mut figures = Figures {
+        encrypted: args.encrypt,
         events: args.events,
         steps: args.steps,
         workers: args.workers,
@@ -264,7 +274,11 @@ async fn drain(
     for n in 0..args.steps {
         handler = handler.named_step(format!("noop_{n}"), Noop);
     }
-    let engine = Engine::new(store, Handlers::new().on("bench", "tick", handler))?;
+    let mut engine = Engine::new(store, Handlers::new().on("bench", "tick", handler))?;
+    if args.encrypt {
+        let keys = tickmark::privacy::Keyring::parse(BENCH_KEYS)?;
+        engine = engine.with_privacy(tickmark::privacy::Privacy::new().with_keys(keys));
+    }
 
     let started = Instant::now();
     let accepters = 16;

@@ -9,7 +9,7 @@ use super::progress_line::ProgressLine;
 use super::{Failure, Output};
 use tickmark_core::privacy::{rotate_keys, Keyring, PrivacyError, RotateReport, KEYS_VAR};
 use tickmark_driver::store::privacy::RegisteredKey;
-use tickmark_driver::store::Store;
+use tickmark_driver::store::{Backend, Store};
 
 #[derive(Debug, Subcommand)]
 pub(crate) enum KeysCommand {
@@ -195,6 +195,12 @@ async fn rotate(store: &dyn Store, out: Output, args: RotateArgs) -> Result<(), 
                 "retired {}: no value is sealed with it; remove it from TICKMARK_KEYS\n",
                 report.retired.join(", ")
             ));
+            if store.backend() == Backend::Sqlite {
+                text.push_str(
+                    "SQLite: pages the rows moved out of may still hold the old ciphertext: \
+                     run `VACUUM` when the file may be locked for a while (docs/privacy.md)\n",
+                );
+            }
         }
         text
     })

@@ -19,6 +19,7 @@ use super::progress_line::ProgressLine;
 use super::table::{truncate, Table};
 use super::{Failure, Output};
 use tickmark_core::handler::Handlers;
+use tickmark_core::privacy::Privacy;
 use tickmark_core::Engine;
 use tickmark_core::SecretString;
 use tickmark_driver::store::Store;
@@ -201,8 +202,12 @@ pub(crate) async fn run(
         ));
     }
     let has_handlers = handlers.is_some();
+    // The pulled events are sealed and their subjects recorded as the
+    // workers' are (TICKMARK_KEYS, TICKMARK_SUBJECT_KEY: docs/privacy.md).
+    let privacy = Privacy::from_env().map_err(|error| Failure::Usage(error.to_string()))?;
     let engine = Engine::new(store.clone(), handlers.unwrap_or_default())
-        .map_err(|error| Failure::Other(format!("the handlers do not compile: {error}")))?;
+        .map_err(|error| Failure::Other(format!("the handlers do not compile: {error}")))?
+        .with_privacy(privacy);
     let limits = RunLimits::default();
     let limits = RunLimits {
         max_pages: args.max_pages.unwrap_or(limits.max_pages),

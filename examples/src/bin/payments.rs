@@ -267,10 +267,15 @@ async fn run(args: Args) -> Result<(), String> {
         render_for: Duration::from_secs(args.render_secs),
         ..Settings::default()
     };
+    // Payloads and outputs sealed at rest when TICKMARK_KEYS is set
+    // (docs/privacy.md); checked against the database before it listens.
+    let privacy = tickmark::privacy::Privacy::from_env().map_err(|e| e.to_string())?;
     let engine = Engine::new(store, payments::handlers())
         .map_err(|e| format!("invalid handlers: {e}"))?
+        .with_privacy(privacy)
         .with_resource(settings)
         .with_resource(ReceiptClient::new());
+    engine.check_keys().await.map_err(|e| e.to_string())?;
 
     let mut limits = Limits::default();
     limits.header_read_timeout = args.header_read_timeout;

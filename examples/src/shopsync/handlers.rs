@@ -76,10 +76,12 @@ pub fn handlers_recording_subjects(flow: &FlowSettings, orders: &OrderSettings) 
     build(flow, orders, true)
 }
 
-/// The handlers; with `subjects`, each records its events' subjects.
-/// Shopify's mandatory compliance topics are handled either way, by the
-/// ready-made steps of `tickmark_steps::shopify_compliance`: without a
-/// subject key they dead-letter, saying so.
+/// The handlers; with `subjects`, each records its events' subjects (the
+/// compliance topics' own too: a data request's answer holds the
+/// customer's data, and goes with the customer). Shopify's mandatory
+/// compliance topics are handled either way, by the ready-made steps of
+/// `tickmark_steps::shopify_compliance`: without a subject key they
+/// dead-letter, saying so.
 fn build(flow: &FlowSettings, orders: &OrderSettings, subjects: bool) -> Handlers {
     let subjects_of = |handler: Handler, body: &str| {
         if subjects {
@@ -128,17 +130,20 @@ fn build(flow: &FlowSettings, orders: &OrderSettings, subjects: bool) -> Handler
         .on(
             SOURCE,
             "customers/redact",
-            Handler::new().named_step("redact_customer", RedactCustomer::body_at("/body")),
+            subjects_of(Handler::new(), "/body")
+                .named_step("redact_customer", RedactCustomer::body_at("/body")),
         )
         .on(
             SOURCE,
             "shop/redact",
-            Handler::new().named_step("redact_shop", RedactShop::body_at("/body")),
+            subjects_of(Handler::new(), "/body")
+                .named_step("redact_shop", RedactShop::body_at("/body")),
         )
         .on(
             SOURCE,
             "customers/data_request",
-            Handler::new().named_step("answer_data_request", AnswerDataRequest::body_at("/body")),
+            subjects_of(Handler::new(), "/body")
+                .named_step("answer_data_request", AnswerDataRequest::body_at("/body")),
         )
         .on(
             SOURCE,

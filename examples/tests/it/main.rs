@@ -20,6 +20,7 @@ mod payments_startup;
 mod shopsync;
 mod shopsync_one_body_two_topics;
 mod shopsync_orders;
+mod shopsync_privacy;
 
 // The other examples.
 mod existing_app;

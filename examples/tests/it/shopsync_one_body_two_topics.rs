@@ -32,13 +32,13 @@ use tickmark_tests::http_client::{HttpClient, LoopbackServer, Outgoing};
 use tickmark_tests::TestDb;
 use tokio::process::{Child, Command};
 
-const SECRET: &str = "shpss_shopsync_one_body_two_topics_secret";
+pub(crate) const SECRET: &str = "shpss_shopsync_one_body_two_topics_secret";
 
 /// Short, so that unpaid orders are released during the test.
 const PAY_TIMEOUT_SECS: u64 = 3;
 
 /// Generous limit for conditions that normally hold within seconds.
-const PATIENCE: Duration = Duration::from_secs(120);
+pub(crate) const PATIENCE: Duration = Duration::from_secs(120);
 
 /// One call the Admin API received: (shop, order, action) and its key.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
@@ -51,12 +51,12 @@ struct Call {
 
 /// Answers every order call 200, and keeps them.
 #[derive(Debug, Clone, Default)]
-struct FakeAdminApi {
+pub(crate) struct FakeAdminApi {
     calls: Arc<Mutex<Vec<Call>>>,
 }
 
 impl FakeAdminApi {
-    async fn start() -> (LoopbackServer, Self) {
+    pub(crate) async fn start() -> (LoopbackServer, Self) {
         let api = FakeAdminApi::default();
         let router = axum::Router::new()
             .route(
@@ -68,7 +68,7 @@ impl FakeAdminApi {
     }
 
     /// The calls of one order, by action, each action's distinct keys.
-    fn of(&self, order: &str) -> BTreeMap<String, Vec<String>> {
+    pub(crate) fn of(&self, order: &str) -> BTreeMap<String, Vec<String>> {
         let mut by_action: BTreeMap<String, Vec<String>> = BTreeMap::new();
         for call in self.calls.lock().unwrap().iter() {
             if call.order == order {
@@ -112,14 +112,19 @@ async fn order_call(
 }
 
 /// A running `shopsync` process; killed if the test ends early.
-struct App {
-    child: Child,
+pub(crate) struct App {
+    pub(crate) child: Child,
     addr: SocketAddr,
     log: PathBuf,
 }
 
 impl App {
-    async fn start(dir: &std::path::Path, database_url: &str, admin_api: SocketAddr) -> App {
+    pub(crate) async fn start(
+        dir: &std::path::Path,
+        database_url: &str,
+        admin_api: SocketAddr,
+        env: &[(&str, &str)],
+    ) -> App {
         let log = dir.join("shopsync.log");
         let mut child = Command::new(env!("CARGO_BIN_EXE_shopsync"))
             .current_dir(dir)
@@ -130,6 +135,7 @@ impl App {
             .env("SHOPIFY_WEBHOOK_SECRET", SECRET)
             .env_remove("DATABASE_URL")
             .env("RUST_LOG", "info,sqlx=warn")
+            .envs(env.iter().copied())
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(std::fs::File::create(&log).unwrap())
@@ -145,12 +151,31 @@ impl App {
         App { child, addr, log }
     }
 
-    fn log(&self) -> String {
+    pub(crate) fn log(&self) -> String {
         std::fs::read_to_string(&self.log).unwrap_or_default()
     }
 
     /// Send one signed delivery; its `status` word.
-    async fn send(&self, client: &HttpClient, topic: &str, webhook_id: &str, body: &str) -> String {
+    pub(crate) async fn send(
+        &self,
+        client: &HttpClient,
+        topic: &str,
+        webhook_id: &str,
+        body: &str,
+    ) -> String {
+        self.send_for(client, "cool-shop.myshopify.com", topic, webhook_id, body)
+            .await
+    }
+
+    /// [`send`](Self::send), for `shop`.
+    pub(crate) async fn send_for(
+        &self,
+        client: &HttpClient,
+        shop: &str,
+        topic: &str,
+        webhook_id: &str,
+        body: &str,
+    ) -> String {
         let mut mac = Hmac::<sha2::Sha256>::new_from_slice(SECRET.as_bytes()).unwrap();
         mac.update(body.as_bytes());
         let signature =
@@ -160,7 +185,7 @@ impl App {
             .header("x-shopify-hmac-sha256", signature)
             .header("x-shopify-webhook-id", webhook_id)
             .header("x-shopify-topic", topic)
-            .header("x-shopify-shop-domain", "cool-shop.myshopify.com");
+            .header("x-shopify-shop-domain", shop);
         let reply = client.send(self.addr, &request).await.expect("an answer");
         assert_eq!(reply.status, 200, "{webhook_id}: {}", reply.json());
         reply.json()["status"]
@@ -183,7 +208,7 @@ fn order(id: u64, financial_status: &str) -> String {
 
 /// Until no event is pending or running (waiting orders are pending): by
 /// then every call was made, since a step's call comes before its mark.
-async fn settle(db: &TestDb, app: &App) {
+pub(crate) async fn settle(db: &TestDb, app: &App) {
     let deadline = Instant::now() + PATIENCE;
     loop {
         let active = db
@@ -211,7 +236,7 @@ async fn orders_paid_at_checkout_are_fulfilled() {
     let db = TestDb::new(Backend::Sqlite).await.unwrap();
     let dir = tempfile::tempdir().unwrap();
     let (api_server, api) = FakeAdminApi::start().await;
-    let mut app = App::start(dir.path(), &db.url, api_server.addr).await;
+    let mut app = App::start(dir.path(), &db.url, api_server.addr, &[]).await;
     let client = HttpClient::new();
 
     let orders: Vec<u64> = (0..20).map(|n| 5_000_000 + n).collect();
@@ -285,7 +310,7 @@ async fn a_topic_without_a_paid_body_never_pays() {
     let db = TestDb::new(Backend::Sqlite).await.unwrap();
     let dir = tempfile::tempdir().unwrap();
     let (api_server, api) = FakeAdminApi::start().await;
-    let mut app = App::start(dir.path(), &db.url, api_server.addr).await;
+    let mut app = App::start(dir.path(), &db.url, api_server.addr, &[]).await;
     let client = HttpClient::new();
 
     let unpaid: Vec<u64> = (0..5).map(|n| 6_000_000 + n).collect();
