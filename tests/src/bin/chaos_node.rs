@@ -104,8 +104,11 @@ async fn run(args: Args) -> Result<(), String> {
         out_dir: args.out_dir.clone(),
         render_for: Duration::from_millis(args.render_ms),
     };
+    // Sealed at rest when TICKMARK_KEYS is set (the log scan's SQLite run).
+    let privacy = tickmark::privacy::Privacy::from_env().map_err(|e| e.to_string())?;
     let engine = Engine::new(store, payments::handlers())
         .map_err(|e| format!("invalid handlers: {e}"))?
+        .with_privacy(privacy)
         .with_resource(settings)
         .with_resource(ReceiptClient::new());
     let (receiver, _setup) = payments::mount_sources(Receiver::new(engine.clone()), |name| {

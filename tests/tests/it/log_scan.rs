@@ -12,6 +12,10 @@
 //!   truncated: payloads are not logged at all, at any level (the policy in
 //!   `docs/receiver.md`).
 //!
+//! On SQLite the app seals payloads and outputs with `TICKMARK_KEYS`
+//! (docs/privacy.md): what the worker opens reaches no log either, nor does
+//! the key.
+//!
 //! A failure names the offending line. The same lines are also checked for
 //! spans of two tasks on one line (a span guard held across an await leaks
 //! the span into whatever else the thread polls).
@@ -251,7 +255,10 @@ fn corpus(base_url: &str) -> Corpus {
 
 /// Run the app at `level` on `database_url`, send the corpus, let the steps
 /// run, stop it, and scan what it wrote.
-async fn scan(level: &str, database_url: &str, probe: &Probe) {
+/// The encryption key of the SQLite run (its base64 must reach no log).
+const KEY: &str = "QUxPR1NDQU4tZW5jcnlwdGlvbi1rZXktb2YtMzJieXQ=";
+
+async fn scan(level: &str, database_url: &str, probe: &Probe, sealed: bool) {
     let receipts = ReceiptService::start().await;
     let out_dir = tempfile::tempdir().unwrap();
     let mut command = Command::new(NODE);
@@ -267,6 +274,9 @@ async fn scan(level: &str, database_url: &str, probe: &Probe) {
         .kill_on_drop(true);
     for (variable, value) in SECRETS {
         command.env(variable, value);
+    }
+    if sealed {
+        command.env("TICKMARK_KEYS", format!("logscan:{KEY}"));
     }
     let mut child = command.spawn().expect("start the app");
     let mut stdout = BufReader::new(child.stdout.take().unwrap()).lines();
@@ -347,6 +357,7 @@ async fn scan(level: &str, database_url: &str, probe: &Probe) {
             .trim_start_matches("whsec_")
             .to_owned(),
     ));
+    forbidden.push(("the encryption key", KEY.to_owned()));
     forbidden.push(("the payload marker", corpus.marker.clone()));
     // Truncations of the marker count too: its first 16 characters.
     forbidden.push(("a truncated payload marker", corpus.marker[..16].to_owned()));
@@ -383,9 +394,15 @@ async fn scan(level: &str, database_url: &str, probe: &Probe) {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn at_trace_on_sqlite_no_secret_and_no_payload_reaches_the_logs() {
+async fn at_trace_on_sqlite_sealed_no_secret_and_no_payload_reaches_the_logs() {
     let db = TestDb::sqlite().await;
-    scan("trace", &db.url, &db.probe).await;
+    scan("trace", &db.url, &db.probe, true).await;
+    // Sealed, and opened by the worker, which ran every step.
+    let sealed = db
+        .probe
+        .scalar("SELECT count(*) FROM tickmark_events WHERE payload LIKE '\"tickmark:sealed:1:logscan:%'")
+        .await;
+    assert!(sealed > 0, "no payload was sealed");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -393,5 +410,5 @@ async fn at_debug_on_postgres_no_secret_and_no_payload_reaches_the_logs() {
     let Some(db) = TestDb::postgres().await else {
         return;
     };
-    scan("debug", &db.url, &db.probe).await;
+    scan("debug", &db.url, &db.probe, false).await;
 }
